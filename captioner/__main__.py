@@ -1,0 +1,3 @@
+from captioner.cli import main
+
+main()

