@@ -87,6 +87,8 @@ def test_unknown_encoder_and_empty_text(tmp_path):
         get_encoder("nope")
     with pytest.raises(CaptionerError, match="no hub access"):
         get_encoder(f"hf-image:{tmp_path / 'missing'}-not/a-real-model", cache=False)
+    with pytest.raises(CaptionerError, match="no CUDA GPU|unknown device"):
+        get_encoder("efficientnet-lite0", device="cuda:0" if not __import__("torch").cuda.is_available() else "tpu")
     names = [r["name"] for r in list_encoders()]
     assert "efficientnet-lite0" in names and "minilm-l6" in names
 

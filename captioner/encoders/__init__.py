@@ -56,6 +56,22 @@ def _parse(name: str) -> tuple[str, dict]:
     return name, kw
 
 
+def check_device(device: str) -> None:
+    """Fail early, in one line, on a device this machine does not have."""
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise CaptionerError(f"device {device!r} asked for, but torch sees no CUDA GPU here; use --device cpu")
+    elif device == "mps":
+        import torch
+
+        if not torch.backends.mps.is_available():
+            raise CaptionerError("device 'mps' asked for, but it is not available; use --device cpu")
+    elif device != "cpu":
+        raise CaptionerError(f"unknown device {device!r}; use cpu, cuda, cuda:N or mps")
+
+
 def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) -> Encoder:
     """Build (or reuse, per process) the encoder called ``name`` on ``device``.
 
@@ -63,6 +79,7 @@ def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) ->
     key = (name, device, tuple(sorted(kwargs.items())))
     if cache and key in _CACHE:
         return _CACHE[key]
+    check_device(device)
     base, kw = _parse(name)
     kw.update(kwargs)
     if base == "efficientnet-lite0":
