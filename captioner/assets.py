@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
-from functools import lru_cache
+from functools import cache
 from pathlib import Path
 
 from captioner.errors import CaptionerError
@@ -34,7 +34,7 @@ def asset_path(relpath: str) -> Path:
                          "run scripts/setup.sh")
 
 
-@lru_cache(maxsize=None)
+@cache
 def load_json(relpath: str):
     with open(asset_path(relpath), encoding="utf-8") as f:
         return json.load(f)
@@ -60,13 +60,13 @@ def cupl_prompts() -> dict[str, list[str]]:
     return dict(data.get("imagenet1k", data))  # the file nests the classes under "imagenet1k"
 
 
-@lru_cache(maxsize=None)
+@cache
 def imagenet_synsets() -> list[str]:
     """The 1000 ImageNet-1k WordNet ids in class-index order (timm's data/_info)."""
     return asset_path("timm/data/_info/imagenet_synsets.txt").read_text().split()
 
 
-@lru_cache(maxsize=None)
+@cache
 def synset_definitions() -> dict[str, str]:
     """WordNet id -> gloss (timm's imagenet_synset_to_definition.txt)."""
     out = {}

@@ -16,7 +16,6 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Optional
 
 import numpy as np
 
@@ -34,10 +33,10 @@ class EmbeddingSet:
     ids: list  # image rows: sample ids; text rows: "<sample id>#<caption index>"
     sample_ids: list  # the sample each row belongs to
     meta: dict
-    path: Optional[Path] = None
+    path: Path | None = None
 
     @property
-    def texts(self) -> Optional[list]:
+    def texts(self) -> list | None:
         return self.meta.get("texts")
 
     def __len__(self):
@@ -64,7 +63,7 @@ def sidecar(path: Path) -> Path:
     return Path(path).with_suffix(".json")
 
 
-def load_embeddings(path, expect: Optional[dict] = None) -> EmbeddingSet:
+def load_embeddings(path, expect: dict | None = None) -> EmbeddingSet:
     """Load a cache file. ``expect`` (e.g. ``{"encoder": fingerprint, "modality": "text"}``) must match the
     sidecar, else CacheMismatchError names the field that differs."""
     from safetensors.numpy import load_file
@@ -109,7 +108,7 @@ def _rows(dataset: CaptionDataset, modality: str):
     return ids, sids, texts
 
 
-_LOADER: Optional[ThreadPoolExecutor] = None
+_LOADER: ThreadPoolExecutor | None = None
 
 
 def _load_images(sources):
@@ -129,8 +128,8 @@ def _load_images(sources):
     return [r[0] for r in res], [r[1] for r in res]
 
 
-def embed(encoder, dataset: CaptionDataset, modality: Optional[str] = None, batch_size: int = 32,
-          device: str = "cpu", force: bool = False, progress: bool = True, out: Optional[Path] = None,
+def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_size: int = 32,
+          device: str = "cpu", force: bool = False, progress: bool = True, out: Path | None = None,
           ) -> EmbeddingSet:
     """Encode ``dataset`` with ``encoder`` (a registry name or an Encoder) into the cache, or reuse it.
 
@@ -229,7 +228,7 @@ def embed(encoder, dataset: CaptionDataset, modality: Optional[str] = None, batc
     meta = {
         "format": FORMAT_VERSION, "key": key, "encoder": fp, "dataset": dataset.name, "split": dataset.split,
         "dataset_key": dataset.key(), "modality": modality, "pooling": fp.get("pooling"),
-        "N": int(len(keep)), "D": int(encoder.dim), "ids": [ids[i] for i in keep],
+        "N": len(keep), "D": int(encoder.dim), "ids": [ids[i] for i in keep],
         "sample_ids": [sids[i] for i in keep], "skipped": skipped, "n_skipped": len(skipped),
         "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.time() - t0, 3),
     }

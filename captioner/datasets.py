@@ -8,10 +8,10 @@ import hashlib
 import json
 import os
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
-from typing import Callable, Optional
 
 import numpy as np
 
@@ -29,7 +29,7 @@ class Sample:
     id: str
     source: object  # image path (str) or a zero-argument renderer returning a PIL image
     captions: list[str]
-    label: Optional[str] = None
+    label: str | None = None
 
 
 @dataclass
@@ -37,8 +37,8 @@ class CaptionDataset:
     name: str
     split: str
     samples: list[Sample]
-    labels: Optional[list[str]] = None
-    root: Optional[str] = None
+    labels: list[str] | None = None
+    root: str | None = None
     skipped: list = field(default_factory=list)  # (id, reason) of entries dropped while loading
 
     def __len__(self):
@@ -117,7 +117,7 @@ class EmojiRenderer:
         self.__name__ = f"emoji U+{ord(ch):04X}"
 
     def __call__(self):
-        from PIL import Image, ImageDraw, ImageFont
+        from PIL import Image, ImageDraw
 
         font = _emoji_font(self.font_path)
         im = Image.new("RGB", (self.size, self.size), (255, 255, 255))
@@ -136,7 +136,6 @@ def _emoji_font(path: str):
 def _emoji_codepoints(font_path: str) -> list[str]:
     """Single-codepoint emoji the font has a glyph for, with a Unicode name."""
     try:
-        from PIL import ImageFont
 
         font = _emoji_font(font_path)
     except OSError:
@@ -318,7 +317,7 @@ def imagenet100_classes() -> list[tuple[str, str]]:
     return rows
 
 
-def image_folder(root: str | os.PathLike, split: str = "val", classes: Optional[list[tuple[str, str]]] = None,
+def image_folder(root: str | os.PathLike, split: str = "val", classes: list[tuple[str, str]] | None = None,
                  name: str = "folder") -> CaptionDataset:
     """Images in class sub-folders: ``root/<split>/<class>/*.jpg`` (or ``root/<class>/*.jpg``). The label is
     the class name; the caption "a photo of a <name>." unless a sidecar ``.txt`` gives one."""

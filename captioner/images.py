@@ -7,8 +7,9 @@ huge images are downscaled while decoding instead of tripping Pillow's decompres
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Union
+from typing import Union
 
 import numpy as np
 from PIL import Image, ImageFile, UnidentifiedImageError

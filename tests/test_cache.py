@@ -63,7 +63,7 @@ def test_refuses_cache_of_another_encoder(tmp_path):
 
 
 def test_resumes_from_partial_shards(tmp_path, monkeypatch):
-    import captioner.cache as cache
+    from captioner import cache
 
     monkeypatch.setattr(cache, "CHUNK", 4)
     ds = _dataset(tmp_path, n=10)

@@ -4,7 +4,14 @@ import os
 import pytest
 from PIL import Image
 
-from captioner.datasets import coco_karpathy, coco_official, get_dataset, imagenet100, imagenet100_classes, split_of
+from captioner.datasets import (
+    coco_karpathy,
+    coco_official,
+    get_dataset,
+    imagenet100,
+    imagenet100_classes,
+    split_of,
+)
 from captioner.errors import CaptionerError
 
 HAS_TUX = os.path.isdir("/usr/share/tuxpaint/stamps")

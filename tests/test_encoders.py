@@ -15,7 +15,7 @@ def _img(color, size=(40, 30)):
 def tiny_vision_models(tmp_path_factory):
     """DINOv2, CLIP and ViT backbones with random weights, saved like hub snapshots."""
     import torch
-    from transformers import (CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model, ViTConfig, ViTModel)
+    from transformers import CLIPConfig, CLIPModel, Dinov2Config, Dinov2Model, ViTConfig, ViTModel
 
     torch.manual_seed(0)
     root = tmp_path_factory.mktemp("hf")

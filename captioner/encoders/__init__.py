@@ -115,4 +115,4 @@ def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) ->
     return enc
 
 
-__all__ = ["Encoder", "get_encoder", "list_encoders", "DEFAULT_IMAGE", "DEFAULT_TEXT"]
+__all__ = ["DEFAULT_IMAGE", "DEFAULT_TEXT", "Encoder", "get_encoder", "list_encoders"]

@@ -7,8 +7,6 @@ import glob
 import os
 from pathlib import Path
 
-import numpy as np
-
 from captioner.encoders.base import IMAGENET_MEAN, IMAGENET_STD, Encoder, hash_files, preprocess_batch
 from captioner.errors import CaptionerError
 
