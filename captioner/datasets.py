@@ -348,11 +348,11 @@ def image_folder(root: str | os.PathLike, split: str = "val", classes: list[tupl
 def imagenet100(root: str | os.PathLike, split: str = "val") -> CaptionDataset:
     """ImageNet-100: ``root/<split>/<wnid>/*.JPEG`` for the 100 WordNet ids of the standard subset."""
     classes = imagenet100_classes()
-    ds = image_folder(root, split, classes=classes, name="imagenet100")
-    missing = [s for s in ds.skipped if s[1].startswith("missing class")]
-    if len(missing) == len(classes):
-        raise CaptionerError(f"{root}: none of the 100 ImageNet-100 class folders (e.g. {classes[0][0]}) exist")
-    return ds
+    base = Path(root) / split if (Path(root) / split).is_dir() else Path(root)
+    if base.is_dir() and not any((base / w).is_dir() for w, _ in classes):
+        raise CaptionerError(f"{base}: none of the 100 ImageNet-100 class folders (e.g. {classes[0][0]}/) exist; "
+                             "point --root at the folder holding train/ and val/")
+    return image_folder(root, split, classes=classes, name="imagenet100")
 
 
 DATASETS: dict[str, tuple[Callable, str]] = {

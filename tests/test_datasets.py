@@ -78,8 +78,11 @@ def test_imagenet100_fixture(tmp_path):
         _jpg(tmp_path / "val" / wnid / f"{wnid}_1.JPEG")
     ds = imagenet100(tmp_path, "val")
     assert len(ds) == 2 and ds.samples[0].label == classes[0][1] and len(ds.labels) == 100
+    (tmp_path / "other" / "val" / "cats").mkdir(parents=True)
     with pytest.raises(CaptionerError, match="none of the 100"):
-        imagenet100(tmp_path / "empty_root_that_is_missing", "val")
+        imagenet100(tmp_path / "other", "val")
+    with pytest.raises(CaptionerError, match="not a folder"):
+        imagenet100(tmp_path / "missing", "val")
 
 
 def test_unknown_dataset_and_split():
