@@ -1,0 +1,86 @@
+"""Input validation shared by the alignment modules: every public entry point calls these so that bad
+input fails with a message naming the argument, the shape and the fix, not deep inside a BLAS call."""
+from __future__ import annotations
+
+import numpy as np
+
+from alignment.errors import AlignmentError
+
+
+def is_torch(x) -> bool:
+    return type(x).__module__.split(".")[0] == "torch"
+
+
+def to_numpy(x, name: str = "X") -> np.ndarray:
+    """numpy view of an array-like (numpy, torch on any device, nested lists)."""
+    if is_torch(x):
+        x = x.detach().cpu().numpy()
+    try:
+        a = np.asarray(x)
+    except Exception as e:  # ragged lists and the like
+        raise AlignmentError(f"{name}: cannot be read as an array ({e})") from None
+    if a.dtype == object or not (np.issubdtype(a.dtype, np.floating) or np.issubdtype(a.dtype, np.integer)
+                                 or a.dtype == bool):
+        raise AlignmentError(f"{name}: expected a numeric array, got dtype {a.dtype}")
+    return a
+
+
+def as_matrix(x, name: str = "X", min_rows: int = 1, dtype=None, allow_constant: bool = False) -> np.ndarray:
+    """Check that ``x`` is a finite (N, D) matrix with at least ``min_rows`` rows; return it as float.
+
+    ``allow_constant=False`` also refuses a matrix whose rows are all identical (zero variance): every
+    alignment quantity (covariances, neighbours, kernels) is undefined on it.
+    """
+    a = to_numpy(x, name)
+    if a.ndim != 2:
+        raise AlignmentError(f"{name}: expected a 2-D (N, D) array of embeddings, got shape {a.shape}")
+    n, d = a.shape
+    if n == 0 or d == 0:
+        raise AlignmentError(f"{name}: empty array of shape {a.shape}; nothing to align")
+    if n < min_rows:
+        raise AlignmentError(f"{name}: needs at least {min_rows} rows, got {n}")
+    if dtype is None:
+        dtype = a.dtype if np.issubdtype(a.dtype, np.floating) else np.float64
+    a = np.asarray(a, dtype=dtype)
+    finite = np.isfinite(a).all(axis=1)
+    if not finite.all():
+        bad = np.flatnonzero(~finite)
+        raise AlignmentError(f"{name}: {len(bad)} of {n} rows contain NaN or inf (first: row {bad[0]}); "
+                             "drop or re-encode them")
+    if not allow_constant and n > 1 and np.ptp(a, axis=0).max() == 0:
+        raise AlignmentError(f"{name}: all {n} rows are identical; there is no structure to align "
+                             "(was every input the same, or the encoder broken?)")
+    return a
+
+
+def check_pair(X, Y, names=("X", "Y"), same_dim: bool = False, min_rows: int = 1, dtype=None,
+               allow_constant: bool = False):
+    """Validate two matrices with the same number of rows (paired data)."""
+    X = as_matrix(X, names[0], min_rows=min_rows, dtype=dtype, allow_constant=allow_constant)
+    Y = as_matrix(Y, names[1], min_rows=min_rows, dtype=dtype, allow_constant=allow_constant)
+    if X.shape[0] != Y.shape[0]:
+        raise AlignmentError(f"{names[0]} has {X.shape[0]} rows but {names[1]} has {Y.shape[0]}; paired "
+                             "inputs need one row per pair, in the same order")
+    if same_dim and X.shape[1] != Y.shape[1]:
+        raise AlignmentError(f"{names[0]} is {X.shape[1]}-dimensional but {names[1]} is {Y.shape[1]}-"
+                             "dimensional; reduce both to a shared dimension first (dim=...)")
+    return X, Y
+
+
+def float_dtype(*arrays):
+    """float64 if any input is float64, else float32 (embeddings are float32; keep them so for speed)."""
+    return np.float64 if any(a.dtype == np.float64 for a in arrays) else np.float32
+
+
+def blas_threads(n: int = 1):
+    """Context limiting BLAS/LAPACK threads. Factorisations of d x d matrices (d <= ~1000) gain little from
+    threads, and on a busy machine OpenBLAS's spinning threads make them 10-100x slower; so we run them
+    on one thread. No-op without threadpoolctl (a scikit-learn dependency)."""
+    try:
+        from threadpoolctl import threadpool_limits
+
+        return threadpool_limits(limits=n, user_api="blas")
+    except ImportError:
+        import contextlib
+
+        return contextlib.nullcontext()

@@ -1,0 +1,224 @@
+"""The caption bank: captions of a train split, embedded by the text encoder (through the embedding cache),
+that retrieval picks from and the DeCap projection averages over.
+
+A bank must never hold the evaluated images' own captions, or retrieval scores would measure lookup, not
+captioning. Tux Paint splits are made by caption, so this holds by construction; ``build_bank`` checks it
+anyway (normalised strings: case, spaces and final punctuation ignored) and drops any collision.
+
+Also here: the text corpus the decoder trains on (bank captions plus other embedded text, so that it does
+not just memorise a few hundred strings), built through the same cache.
+"""
+from __future__ import annotations
+
+import hashlib
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from captioner.errors import CaptionerError
+
+
+def normalize_caption(s: str) -> str:
+    """The form two captions are compared in: lower case, single spaces, no final punctuation."""
+    return re.sub(r"[\s.!?,;:]+$", "", " ".join(str(s).lower().split()))
+
+
+def l2n(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero). (N, D) -> (N, D) float32."""
+    X = np.asarray(X, np.float32)
+    n = np.linalg.norm(X, axis=-1, keepdims=True)
+    return X / np.maximum(n, 1e-12)
+
+
+@dataclass
+class CaptionBank:
+    """Unique captions and their unit-norm text embeddings.
+
+    texts : list of M captions (unique after ``normalize_caption``).
+    E : (M, D) float32, unit rows.
+    text_encoder : fingerprint of the encoder that made ``E``.
+    sources : which dataset splits the captions came from, with counts.
+    """
+
+    texts: list
+    E: np.ndarray
+    text_encoder: dict
+    sources: list = field(default_factory=list)
+    dropped: list = field(default_factory=list)  # captions removed because an evaluated image has them
+
+    def __post_init__(self):
+        if len(self.texts) == 0:
+            raise CaptionerError("the caption bank is empty: no captions left to retrieve from "
+                                 f"(sources: {', '.join(s['name'] for s in self.sources) or 'none'}"
+                                 + (f"; {len(self.dropped)} dropped as test captions" if self.dropped else "")
+                                 + ")")
+        if self.E.shape[0] != len(self.texts):
+            raise CaptionerError(f"caption bank: {len(self.texts)} captions but {self.E.shape[0]} embeddings")
+
+    def __len__(self):
+        return len(self.texts)
+
+    @property
+    def dim(self) -> int:
+        return int(self.E.shape[1])
+
+    def centered(self):
+        """(mu (D,), Ec (M, D) unit rows of E - mu, r = RMS norm of E - mu): the bank around its own mean.
+
+        Retrieval compares directions around the mean caption: every caption embedding shares a large
+        common component, and a query rotated in from image space does not, so raw cosines mostly measure
+        that offset."""
+        if getattr(self, "_centered", None) is None:
+            mu = self.E.mean(0)
+            D = self.E - mu
+            r = float(np.sqrt((D ** 2).sum(1).mean())) if len(self.E) > 1 else 1.0
+            self._centered = (mu.astype(np.float32), l2n(D), r)
+        return self._centered
+
+    def key(self) -> str:
+        """A short hash of the bank's captions and encoder: part of the names of artifacts fitted on it."""
+        h = hashlib.sha256(str(self.text_encoder.get("weights_hash")).encode()
+                           + str(self.text_encoder.get("name")).encode())
+        for t in self.texts:
+            h.update(t.encode() + b"\x00")
+        return h.hexdigest()[:12]
+
+    def assert_excludes(self, captions) -> None:
+        """Raise if any of ``captions`` (normalised) is in the bank."""
+        mine = {normalize_caption(t) for t in self.texts}
+        hit = [c for c in captions if normalize_caption(c) in mine]
+        if hit:
+            raise CaptionerError(f"caption bank holds {len(hit)} caption(s) of the evaluated images "
+                                 f"(first: {hit[0]!r}); rebuild it with exclude=")
+
+
+def bank_from_arrays(texts, E, text_encoder: dict, exclude=(), sources=None) -> CaptionBank:
+    """A bank from captions and their embeddings: de-duplicated (first occurrence wins), with every caption
+    in ``exclude`` dropped.
+
+    Parameters
+    ----------
+    texts : N captions; E : (N, D) their embeddings (normalised here).
+    exclude : captions that must not be in the bank (the evaluated images' references).
+    """
+    E = np.asarray(E, np.float32)
+    if E.ndim != 2 or E.shape[0] != len(texts):
+        raise CaptionerError(f"caption bank: {len(texts)} captions but embeddings of shape {E.shape}")
+    banned = {normalize_caption(c) for c in exclude}
+    keep, seen, dropped = [], set(), []
+    for i, t in enumerate(texts):
+        k = normalize_caption(t)
+        if not k:
+            continue
+        if k in banned:
+            dropped.append(t)
+            continue
+        if k in seen:
+            continue
+        seen.add(k)
+        keep.append(i)
+    bank = CaptionBank([texts[i] for i in keep], l2n(E[keep]) if keep else np.zeros((0, E.shape[1]), np.float32),
+                       dict(text_encoder), sources=list(sources or []), dropped=dropped)
+    bank.assert_excludes(exclude)
+    return bank
+
+
+def _text_set(text_encoder, dataset, progress: bool):
+    from captioner.cache import embed
+
+    es = embed(text_encoder, dataset, "text", progress=progress)
+    texts = es.texts
+    if texts is None:  # an older cache without texts: rebuild them from the dataset
+        by_id = {f"{s.id}#{j}": c.strip() for s in dataset.samples for j, c in enumerate(s.captions)}
+        texts = [by_id[i] for i in es.ids]
+    return texts, es.X
+
+
+def build_bank(text_encoder="minilm-l6", datasets=None, exclude=(), progress: bool = True,
+               device: str = "cpu") -> CaptionBank:
+    """Embed the captions of ``datasets`` (default: Tux Paint train) with ``text_encoder`` (a registry name
+    or an Encoder) through the embedding cache and make a bank of them, minus ``exclude``.
+
+    Parameters
+    ----------
+    datasets : list of CaptionDataset (or (name, split) pairs for ``get_dataset``).
+    exclude : captions of the evaluated images; any found in the bank are dropped, and the result is
+        checked to hold none of them.
+    """
+    from captioner.datasets import get_dataset
+    from captioner.encoders import get_encoder
+
+    enc = get_encoder(text_encoder, device=device) if isinstance(text_encoder, str) else text_encoder
+    datasets = datasets or [("tuxpaint", "train")]
+    texts, Es, sources = [], [], []
+    for ds in datasets:
+        if isinstance(ds, tuple):
+            ds = get_dataset(ds[0], split=ds[1])
+        if not ds.captions():
+            sources.append({"name": f"{ds.name}/{ds.split}", "n": 0})
+            continue
+        t, X = _text_set(enc, ds, progress)
+        texts += list(t)
+        Es.append(X)
+        sources.append({"name": f"{ds.name}/{ds.split}", "n": len(t)})
+    E = np.concatenate(Es) if Es else np.zeros((0, enc.dim), np.float32)
+    return bank_from_arrays(texts, E, enc.fingerprint(), exclude=exclude, sources=sources)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Decoder corpus
+# ---------------------------------------------------------------------------------------------------------
+
+def text_dataset(name: str, split: str, texts: list[str]):
+    """A CaptionDataset of bare texts (no images), so extra text goes through the embedding cache."""
+    from captioner.datasets import CaptionDataset, Sample
+
+    return CaptionDataset(name, split, [Sample(id=f"t{i}", source=None, captions=[t]) for i, t in enumerate(texts)])
+
+
+def cupl_sentences(n: int = 6000, seed: int = 0, max_chars: int = 120) -> list[str]:
+    """``n`` CuPL sentences (clip-benchmark: ~150 GPT-written descriptions of each ImageNet class), spread
+    evenly over the classes, short ones only (captions are short)."""
+    from captioner.assets import cupl_prompts
+
+    data = cupl_prompts()
+    rng = np.random.default_rng(seed)
+    per_class = max(1, int(np.ceil(n / max(1, len(data)))))
+    out = []
+    for cls in sorted(data):
+        sents = [" ".join(s.split()) for s in data[cls] if s and len(s) <= max_chars]
+        if not sents:
+            continue
+        pick = rng.choice(len(sents), size=min(per_class, len(sents)), replace=False)
+        out += [sents[i] for i in sorted(pick)]
+    rng.shuffle(out)
+    return out[:n]
+
+
+def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpaint", "emoji", "cupl"),
+                   n_cupl: int = 6000, progress: bool = True, device: str = "cpu"):
+    """The text the decoder learns to reconstruct: Tux Paint train (+ val) captions, emoji names, and a
+    sample of CuPL sentences, embedded through the cache, minus ``exclude`` (the evaluated captions).
+
+    Returns (texts list[str], E (N, D) float32, sources list[dict]).
+    """
+    from captioner.datasets import get_dataset
+    from captioner.encoders import get_encoder
+
+    enc = get_encoder(text_encoder, device=device) if isinstance(text_encoder, str) else text_encoder
+    sets = []
+    if "tuxpaint" in extra:
+        sets += [get_dataset("tuxpaint", split="train"), get_dataset("tuxpaint", split="val")]
+    if "emoji" in extra:
+        try:
+            sets.append(get_dataset("emoji", split="all"))
+        except CaptionerError:
+            pass  # the emoji font is optional; the corpus is just smaller without it
+    if "cupl" in extra and n_cupl > 0:
+        try:
+            sets.append(text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl)))
+        except CaptionerError:
+            pass
+    bank = build_bank(enc, sets, exclude=exclude, progress=progress)
+    return bank.texts, bank.E, bank.sources

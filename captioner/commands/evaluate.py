@@ -1,0 +1,163 @@
+"""``captioner eval coco``, ``captioner eval zeroshot`` and ``captioner report``."""
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import click
+
+from captioner.errors import CaptionerError
+
+ROTATION_CHOICES = ["paired", "pairfree", "ridge", "random", "text"]
+
+
+def _subset(ds, n: int | None, seed: int = 0):
+    """The first ``n`` samples of ``ds`` after a seeded shuffle (a new split name, so caches stay apart)."""
+    if not n or n >= len(ds):
+        return ds
+    import numpy as np
+
+    from captioner.datasets import CaptionDataset
+
+    order = np.random.default_rng(seed).permutation(len(ds))[:n]
+    return CaptionDataset(ds.name, f"{ds.split}-sub{n}-s{seed}", [ds.samples[i] for i in sorted(order)],
+                          labels=ds.labels, root=ds.root, skipped=ds.skipped)
+
+
+def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text_encoder="minilm-l6", device="cpu",
+                        progress=True, beam=3, decoder_preset=None, train_limit=20000, test_limit=None,
+                        pairfree_max=2000, decode_input="projection"):
+    """(Pipeline, test set) for the embedded Tux Paint test split, or the COCO Karpathy test split under
+    ``coco_root`` (bank, pairs and decoder corpus from the Karpathy train split, at most ``train_limit``
+    images)."""
+    from captioner.datasets import get_dataset
+    from captioner.pipeline import Pipeline
+
+    preset = decoder_preset or ("base" if str(device).startswith("cuda") else "small")
+    kw = dict(image_encoder=image_encoder, text_encoder=text_encoder, device=device, progress=progress, beam=beam,
+              decoder_preset=preset, pairfree_max=pairfree_max, decode_input=decode_input)
+    if coco_root is None:
+        test = get_dataset("tuxpaint", split="test")
+        return Pipeline.default(**kw), test
+    root = Path(coco_root)
+    if not root.exists():
+        raise CaptionerError(f"--coco-root {root}: no such folder (expected dataset_coco.json and the images)")
+    test = _subset(get_dataset("coco", split="test", root=root), test_limit)
+    train = _subset(get_dataset("coco", split="train", root=root), train_limit)
+    pipe = Pipeline(train_set=train, exclude=test.captions(), decoder_corpus="bank", **kw)
+    return pipe, test
+
+
+def _runs_dir(*parts) -> Path:
+    from captioner.paths import subdir
+
+    return subdir("runs").joinpath(*[p.replace("/", "_").replace(":", "_") for p in parts])
+
+
+@click.group("eval")
+def cli():
+    """Evaluate captions (COCO metrics) and zero-shot accuracy."""
+
+
+@cli.command("coco")
+@click.option("--rotation", "-r", type=click.Choice(ROTATION_CHOICES), default="paired", show_default=True,
+              help="text = the text-only ceiling (each image's own reference caption embedding as the query).")
+@click.option("--captioner", "-c", type=click.Choice(["retrieval", "decoder"]), default="retrieval",
+              show_default=True, help="decoder = DeCap projection onto the bank + the text-only decoder.")
+@click.option("--coco-root", type=click.Path(), default=None,
+              help="COCO folder with dataset_coco.json (Karpathy split) and the images; default: Tux Paint test.")
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--beam", default=3, show_default=True, type=click.IntRange(1, 16))
+@click.option("--decode-input", type=click.Choice(["projection", "rotation"]), default="projection", show_default=True)
+@click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
+@click.option("--train-limit", default=20000, show_default=True, help="COCO: train images for pairs and bank.")
+@click.option("--test-limit", default=None, type=int, help="COCO: score only this many test images.")
+@click.option("--pairfree-max", default=2000, show_default=True)
+@click.option("--meteor/--no-meteor", default=True, show_default=True, help="METEOR starts a 2 GB JVM (~10 s).")
+@click.option("--spice", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)
+@click.option("--out", type=click.Path(), default=None, help="Results folder (default under $CAPTIONER_HOME/runs).")
+@click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
+@click.option("--quiet", "-q", is_flag=True)
+def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device, beam, decode_input, decoder_preset,
+             train_limit, test_limit, pairfree_max, meteor, spice, out, as_json, quiet):
+    """Caption the evaluation split, write the predictions in the COCO results format
+    ([{"image_id", "caption"}]) and score them with pycocoevalcap: BLEU-1..4, METEOR, ROUGE-L, CIDEr
+    (0-10 as pycocoevalcap gives it, and x100 as papers print it), SPICE only when its jars are present."""
+    from eval.coco import evaluate, format_table
+
+    pipe, test = build_eval_pipeline(coco_root, image_encoder, text_encoder, device, not quiet, beam,
+                                     decoder_preset, train_limit, test_limit, pairfree_max, decode_input)
+    out = Path(out) if out else _runs_dir("eval-coco", f"{test.name}-{test.split}", f"{captioner}-{rotation}",
+                                          f"{image_encoder}--{text_encoder}")
+    res = evaluate(pipe, test, rotation=rotation, captioner=captioner, out_dir=out, meteor=meteor, spice=spice)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(format_table([res], title=f"{test.name}/{test.split}: {captioner}, rotation {rotation}"))
+    for note in res["metrics"]["notes"]:
+        click.echo(f"note: {note}")
+    click.echo(f"results: {res['files']['results']}")
+
+
+@cli.command("zeroshot")
+@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100"]), default="tuxpaint", show_default=True)
+@click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")
+@click.option("--split", default=None, help="Default: test (tuxpaint), val (imagenet100).")
+@click.option("--mode", "-m", type=click.Choice(["paired", "pairfree", "cluster", "ridge", "random"]),
+              default="paired", show_default=True,
+              help="pairfree: the pair-free rotation; cluster: k-means + QAP, no rotation (Blind Match).")
+@click.option("--prompts", type=click.Choice(["templates", "definitions", "both"]), default="templates",
+              show_default=True, help="definitions: WordNet glosses (ImageNet-100 only).")
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--out", type=click.Path(), default=None)
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--quiet", "-q", is_flag=True)
+def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encoder, device, out, as_json, quiet):
+    """Zero-shot top-1 / top-5 accuracy: classes are the mean of their template prompts, renormalised; images
+    are rotated into text space (paired / pairfree / ridge / random) or matched by clusters (cluster)."""
+    from captioner.paths import atomic_write_json
+    from captioner.pipeline import Pipeline
+    from eval.zeroshot import evaluate_zeroshot, format_table
+
+    pipe = Pipeline.default(image_encoder=image_encoder, text_encoder=text_encoder, device=device,
+                            progress=not quiet)
+    res = evaluate_zeroshot(pipe, dataset, mode, root=root, split=split, prompts=prompts)
+    path = Path(out) if out else _runs_dir("eval-zeroshot", f"{res['dataset']}-{res['split']}",
+                                           f"{mode}-{prompts}", f"{image_encoder}--{text_encoder}") / "metrics.json"
+    atomic_write_json(path, res)
+    if as_json:
+        click.echo(json.dumps(res, indent=2))
+        return
+    click.echo(format_table([res]))
+    click.echo(f"metrics: {path}")
+
+
+@click.command("report")
+@click.option("--out", type=click.Path(), default=None, help="Folder for report.md and report.json "
+              "(default $CAPTIONER_HOME/runs/report).")
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+@click.option("--device", default="cpu", show_default=True)
+@click.option("--meteor/--no-meteor", default=True, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the Markdown.")
+@click.option("--quiet", "-q", is_flag=True)
+def report_cli(out, image_encoder, text_encoder, device, meteor, as_json, quiet):
+    """Write the results table (Markdown + JSON) on the embedded Tux Paint test split: each captioner
+    (retrieval; DeCap projection + decoder) x rotation (paired Procrustes, pair-free, ridge, random), the
+    text-only ceiling, and zero-shot accuracy on the Tux Paint categories."""
+    from eval.report import build_report
+
+    pipe, test = build_eval_pipeline(None, image_encoder, text_encoder, device, not quiet)
+    out = Path(out) if out else _runs_dir("report")
+    t0 = time.time()
+    rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet)
+    if as_json:
+        click.echo(json.dumps(rep["json"], indent=2))
+        return
+    click.echo(rep["markdown"])
+    click.echo(f"\nwritten: {rep['files']['markdown']} and {rep['files']['json']} ({time.time() - t0:.0f} s)")

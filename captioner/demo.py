@@ -1,0 +1,597 @@
+"""The Gradio demo: caption an image, classify it zero-shot, and inspect how well the two encoders align.
+
+``build_app(pipeline)`` returns a ``gr.Blocks`` with three tabs; ``launch(app)`` serves it on 127.0.0.1.
+The work is done by :class:`DemoHandlers`, whose methods are plain functions of plain values (a file path,
+a string, a number) so that tests call them without a server. Every handler returns a status message as
+its last output: empty on success, one readable line otherwise. Bad input (a file that is not an image, a
+truncated PNG, an empty label list ...) never reaches the page as a traceback, and the server stays up.
+
+Offline: Gradio's default theme ships its fonts (no Google Fonts request), analytics and the version check
+are off (``GRADIO_ANALYTICS_ENABLED=False``), SSR is off (it would need Node), and the examples are files
+written under ``$CAPTIONER_HOME`` at start.
+"""
+from __future__ import annotations
+
+import html
+import logging
+import os
+import re
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+# Read by gradio when the Blocks are built and at launch: no analytics, no version check over the network.
+os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
+
+from captioner.errors import BadImageError, CaptionerError  # noqa: E402
+
+log = logging.getLogger(__name__)
+
+TUXPAINT_STAMPS = Path("/usr/share/tuxpaint/stamps")
+# One stamp from each of these categories makes an example (the rest are samples the encoders saw less of).
+EXAMPLE_STAMP_CATEGORIES = ("animals", "food", "vehicles", "plants", "space", "sports")
+EXAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "motorcycle_left")
+
+MAX_LABELS = 1000            # ImageNet-1k fits; above this the list is cut with a message
+# The pipeline prompts each label with 80 ImageNet templates: 1,000 labels would be 80,000 sentences to
+# embed (over ten minutes on two cores). Above FULL_PROMPT_LABELS labels the demo asks for one template when
+# the pipeline's classify() takes ``templates=``, and otherwise stops at FULL_PROMPT_LABELS.
+FULL_PROMPT_LABELS = 50
+FAST_TEMPLATES = ["a photo of a {}."]
+MAX_LABEL_CHARS = 200        # a "label" longer than this is a pasted paragraph: cut it
+MAX_LABEL_TEXT = 1_000_000   # characters in the label box before we refuse to parse it at all
+MAX_TOP_K = 20
+MAX_UPLOAD = "25mb"          # gradio refuses bigger uploads itself, with its own message
+DEFAULT_CONCURRENCY = 2      # queue workers; the pipeline itself runs one request at a time (a lock)
+QUEUE_MAX_SIZE = 64          # beyond this the page says "queue full" instead of the server swelling
+
+ROTATION_LABELS = {"paired": "paired (Procrustes)", "pairfree": "pair-free (matcher)"}
+
+
+class DemoInputError(CaptionerError):
+    """Input the page should refuse with a readable message (never a traceback)."""
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Examples and label sets
+# ---------------------------------------------------------------------------------------------------------
+
+def example_images(n_photos: int = len(EXAMPLE_PHOTOS), stamps_root: Path = TUXPAINT_STAMPS) -> list[str]:
+    """Paths of the example images: scikit-image sample photos (saved once as PNG under
+    ``$CAPTIONER_HOME/sample-photos``) and one Tux Paint stamp per category in
+    :data:`EXAMPLE_STAMP_CATEGORIES` (when the stamps are installed)."""
+    out: list[str] = []
+    try:
+        from captioner.datasets import samples
+
+        by_id = {s.id: s.source for s in samples().samples}
+        out += [str(by_id[n]) for n in EXAMPLE_PHOTOS[:n_photos] if n in by_id]
+    except (CaptionerError, OSError) as e:  # scikit-image missing or home not writable: stamps only
+        log.warning("no sample photos for the demo examples: %s", e)
+    for cat in EXAMPLE_STAMP_CATEGORIES:
+        pngs = sorted(p for p in (stamps_root / cat).rglob("*.png") if not p.stem.endswith("_mirror")) \
+            if (stamps_root / cat).is_dir() else []
+        if pngs:
+            out.append(str(pngs[0]))
+    return out
+
+
+def tuxpaint_categories(stamps_root: Path = TUXPAINT_STAMPS) -> list[str]:
+    """The Tux Paint stamp categories as readable labels ("natural forces"), ``symbols`` left out."""
+    if not stamps_root.is_dir():
+        return []
+    names = sorted(p.name for p in stamps_root.iterdir() if p.is_dir() and p.name != "symbols")
+    return [{"naturalforces": "natural forces"}.get(n, n) for n in names]
+
+
+def label_sets() -> dict[str, list[str]]:
+    """Named label sets for the zero-shot tab: the Tux Paint categories and a few of clip-benchmark's
+    ``en_classnames.json`` sets (only those whose files are installed)."""
+    sets: dict[str, list[str]] = {}
+    tux = tuxpaint_categories()
+    if tux:
+        sets[f"Tux Paint categories ({len(tux)})"] = tux
+    try:
+        from captioner.assets import classnames
+
+        for key, title in (("pets", "Oxford pets"), ("caltech101", "Caltech-101"), ("imagenet1k", "ImageNet-1k")):
+            names = classnames(key)
+            sets[f"{title} ({len(names)})"] = names
+    except CaptionerError as e:
+        log.warning("clip-benchmark label sets unavailable: %s", e)
+    if not sets:
+        sets["colours (6)"] = ["red", "green", "blue", "white", "black", "yellow"]
+    return sets
+
+
+def parse_labels(text: str | None, max_labels: int = MAX_LABELS) -> tuple[list[str], str]:
+    """Labels from the text box: one per line or comma separated, stripped, duplicates dropped (first kept,
+    case ignored, as the zero-shot head refuses two classes with the same name).
+
+    Returns
+    -------
+    labels : list[str]
+        At most ``max_labels`` labels, each at most :data:`MAX_LABEL_CHARS` characters.
+    note : str
+        A message for the page when the list was cut (empty otherwise).
+
+    Raises
+    ------
+    DemoInputError
+        No label at all, or a text too large to parse.
+    """
+    text = text or ""
+    if len(text) > MAX_LABEL_TEXT:
+        raise DemoInputError(f"the label list is {len(text):,} characters long; paste at most "
+                             f"{MAX_LABEL_TEXT:,} characters ({max_labels:,} labels)")
+    seen: dict[str, str] = {}
+    long_cut = 0
+    for part in re.split(r"[\n,]", text):
+        label = " ".join(part.split())
+        if not label:
+            continue
+        if len(label) > MAX_LABEL_CHARS:
+            label, long_cut = label[:MAX_LABEL_CHARS], long_cut + 1
+        seen.setdefault(label.lower(), label)
+    labels = list(seen.values())
+    if not labels:
+        raise DemoInputError("the label list is empty: enter at least two labels, one per line or comma "
+                             "separated (or pick a label set)")
+    notes = []
+    if len(labels) > max_labels:
+        notes.append(f"{len(labels):,} labels given; classified against the first {max_labels:,}")
+        labels = labels[:max_labels]
+    if long_cut:
+        notes.append(f"{long_cut} label(s) longer than {MAX_LABEL_CHARS} characters were cut")
+    return labels, "; ".join(notes)
+
+
+# ---------------------------------------------------------------------------------------------------------
+# Handlers: plain functions of plain values
+# ---------------------------------------------------------------------------------------------------------
+
+def _encoder_name(pipeline, which: str, default: str) -> str:
+    """The registry name of a pipeline's image or text encoder (the attribute may hold a name or an
+    :class:`Encoder`)."""
+    for attr in (f"{which}_encoder_name", f"{which}_encoder"):
+        v = getattr(pipeline, attr, None)
+        if isinstance(v, str):
+            return v
+        if v is not None and isinstance(getattr(v, "name", None), str):
+            return v.name
+    return default
+
+
+def encoder_choices(pipeline=None) -> tuple[list[str], list[str]]:
+    """(image encoder names, text encoder names) the dropdowns offer: the offline encoders, the trained
+    checkpoints under ``$CAPTIONER_HOME/checkpoints``, and the current pipeline's own pair."""
+    images: list[str] = []
+    texts: list[str] = []
+    try:
+        from captioner.encoders import list_encoders
+
+        for row in list_encoders():
+            name, modality = row["name"], row.get("modality", "?")
+            if name.endswith("..."):  # "hf-image:..." placeholders: not a model one can pick
+                continue
+            if modality in ("image", "?", "any"):
+                images.append(name)
+            if modality in ("text", "?", "any"):
+                texts.append(name)
+    except Exception as e:  # a broken registry must not keep the page from starting
+        log.warning("encoder registry unavailable: %s", e)
+    if pipeline is not None:
+        for lst, which, default in ((images, "image", "efficientnet-lite0"), (texts, "text", "minilm-l6")):
+            name = _encoder_name(pipeline, which, default)
+            if name not in lst:
+                lst.insert(0, name)
+    return images, texts
+
+
+def _image_source(value) -> tuple[Any, str]:
+    """What the page (or a test) sends for an image -> (a path or PIL image, a name for messages).
+
+    The events run with ``preprocess=False`` so that gradio does not open the upload itself (it would fail
+    on a non-image with a generic "Error"); the value is then gradio's FileData dict."""
+    from PIL import Image
+
+    if value is None or value == "" or value == {}:
+        raise DemoInputError("no image: upload one or pick an example first")
+    if isinstance(value, dict):
+        path = value.get("path")
+        if not path:
+            raise DemoInputError("no image: upload one or pick an example first")
+        return path, value.get("orig_name") or Path(path).name
+    if isinstance(value, Image.Image):
+        return value, "<image>"
+    if hasattr(value, "__array_interface__"):
+        import numpy as np
+
+        return Image.fromarray(np.asarray(value)), "<array>"
+    return str(value), Path(str(value)).name
+
+
+def _decode_image(value):
+    """(PIL RGB image, milliseconds spent decoding). Huge images come back downscaled, animated ones as
+    their first frame; anything unreadable raises :class:`DemoInputError` naming the upload."""
+    from captioner.images import load_image
+
+    src, name = _image_source(value)
+    t0 = time.perf_counter()
+    try:
+        im = load_image(src)
+    except BadImageError as e:
+        raise DemoInputError(f"could not read {name!r}: {e.reason}") from None
+    except MemoryError:
+        raise DemoInputError(f"{name!r} is too large to decode here; downscale it first") from None
+    return im, (time.perf_counter() - t0) * 1e3
+
+
+def _fmt_ms(t: dict) -> str:
+    names = {"image_decode": "image decode", "encode": "encode", "rotate_retrieve": "rotate + retrieve",
+             "decode": "caption decoding"}
+    parts = [f"{names.get(k, k)} {float(v):.1f} ms" for k, v in t.items() if v is not None]
+    return "Timings: " + " · ".join(parts) if parts else ""
+
+
+class DemoHandlers:
+    """The app's request handlers around one default pipeline and a cache of the others.
+
+    Parameters
+    ----------
+    pipeline
+        An object following the ``Pipeline`` contract (``caption``, ``classify``, ``alignment_report``,
+        ``rotations``, ``warmup``).
+    factory
+        ``factory(image_encoder, text_encoder) -> pipeline`` for another encoder pair; default: the
+        pipeline's own class with the same device.
+    """
+
+    def __init__(self, pipeline, factory: Callable[[str, str], Any] | None = None):
+        self.default_pair = (_encoder_name(pipeline, "image", "efficientnet-lite0"),
+                             _encoder_name(pipeline, "text", "minilm-l6"))
+        if factory is None:
+            device = getattr(pipeline, "device", "cpu")
+            device = device if isinstance(device, str) else str(device)
+
+            def factory(i, t, _cls=type(pipeline)):
+                return _cls(image_encoder=i, text_encoder=t, device=device, progress=False)
+        self.factory = factory
+        self._pipelines = {self.default_pair: pipeline}
+        self._locks = {self.default_pair: threading.Lock()}
+        self._build_lock = threading.Lock()
+        self._reports: dict = {}
+        self.image_choices, self.text_choices = encoder_choices(pipeline)
+        self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])
+
+    # -- pipelines -------------------------------------------------------------------------------------
+    def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):
+        """The (cached) pipeline for an encoder pair and its lock; builds and warms it on first use."""
+        key = (image_encoder or self.default_pair[0], text_encoder or self.default_pair[1])
+        if key in self._pipelines:
+            return self._pipelines[key], self._locks[key]
+        for name, allowed, prefixes in ((key[0], self.image_choices, ("hf-image:", "jepa:")),
+                                        (key[1], self.text_choices, ("hf-text:", "jepa:"))):
+            if name not in allowed and not name.startswith(prefixes):
+                raise DemoInputError(f"unknown encoder {name!r}; pick one from the list")
+        with self._build_lock:  # two requests for a new pair build it once
+            if key not in self._pipelines:
+                try:
+                    p = self.factory(*key)
+                    p.warmup()
+                except CaptionerError as e:
+                    raise DemoInputError(f"cannot use {key[0]} + {key[1]}: {e}") from None
+                self._pipelines[key] = p
+                self._locks[key] = threading.Lock()
+        return self._pipelines[key], self._locks[key]
+
+    def _rotation(self, rotation: str | None) -> str:
+        rotation = rotation or self.rotations[0]
+        if rotation not in self.rotations:
+            raise DemoInputError(f"unknown rotation {rotation!r}; choose one of {', '.join(self.rotations)}")
+        return rotation
+
+    @staticmethod
+    def _top_k(top_k, hi: int = MAX_TOP_K) -> int:
+        try:
+            k = int(top_k if top_k is not None else 5)
+        except (TypeError, ValueError):
+            raise DemoInputError(f"top-k must be a whole number, not {top_k!r}") from None
+        return max(1, min(hi, k))
+
+    # -- the three tabs ---------------------------------------------------------------------------------
+    def caption(self, image, rotation="paired", image_encoder=None, text_encoder=None, top_k=5,
+                decode=True) -> tuple[str, list[list], str, str]:
+        """Caption one image.
+
+        Returns
+        -------
+        (caption, rows, timings, status)
+            ``rows``: ``[[rank, retrieved caption, score], ...]`` (top-k, best first); ``timings``: one
+            line of milliseconds; ``status``: empty on success, else the reason nothing was captioned.
+        """
+        try:
+            rotation = self._rotation(rotation)
+            k = self._top_k(top_k)
+            im, decode_ms = _decode_image(image)
+            pipe, lock = self.pipeline(image_encoder, text_encoder)
+            with lock:
+                out = pipe.caption([im], top_k=k, rotation=rotation, decode=bool(decode))[0]
+            rows = [[i + 1, r["caption"], round(float(r["score"]), 4)] for i, r in enumerate(out["retrieved"])]
+            timings = {"image_decode": decode_ms, **out.get("timings_ms", {})}
+            return out["caption"], rows, _fmt_ms(timings), ""
+        except Exception as e:  # noqa: BLE001 - the page gets one line, the log the traceback
+            return "", [], "", _status(e)
+
+    def classify(self, image, labels_text, rotation="paired", image_encoder=None, text_encoder=None,
+                 top_k=5) -> tuple[dict, list[list], str]:
+        """Zero-shot classify one image against the labels in ``labels_text``.
+
+        Returns
+        -------
+        (probs, rows, status)
+            ``probs``: ``{label: prob}`` of the top-k (what ``gr.Label`` draws as bars); ``rows``:
+            ``[[label, prob], ...]`` best first; ``status``: a note when labels were cut, or why nothing
+            was classified.
+        """
+        try:
+            rotation = self._rotation(rotation)
+            k = self._top_k(top_k)
+            pipe, lock = self.pipeline(image_encoder, text_encoder)
+            fast = _accepts(pipe.classify, "templates")
+            labels, note = parse_labels(labels_text, MAX_LABELS if fast else FULL_PROMPT_LABELS)
+            if len(labels) < 2:
+                raise DemoInputError(f"only one label ({labels[0]!r}): zero-shot needs at least two to choose "
+                                     "between")
+            kw = {"templates": FAST_TEMPLATES} if fast and len(labels) > FULL_PROMPT_LABELS else {}
+            if kw:
+                note = "; ".join(filter(None, [note, f"above {FULL_PROMPT_LABELS} labels each is prompted with "
+                                                     f"one template ({FAST_TEMPLATES[0]!r}), not 80"]))
+            im, _ = _decode_image(image)
+            with lock:
+                out = pipe.classify([im], labels, top_k=min(k, len(labels)), rotation=rotation, **kw)[0]
+            top = [(r["label"], float(r["prob"])) for r in out["labels"]]
+            return dict(top), [[lab, round(p, 4)] for lab, p in top], note
+        except Exception as e:  # noqa: BLE001
+            return {}, [], _status(e)
+
+    def alignment(self, image_encoder=None, text_encoder=None, n_perm=20):
+        """Mutual k-NN and CKA of the encoder pair against the permutation null.
+
+        Returns
+        -------
+        (rows, figure, scaling_plot, summary, status)
+            ``rows``: ``[[metric, score, null mean, null std, z], ...]``; ``figure``: a matplotlib Figure
+            of the scores against the null; ``scaling_plot``: a PNG path or None; ``summary``: one line.
+        """
+        try:
+            n_perm = max(1, min(200, int(n_perm)))
+            key = (image_encoder or self.default_pair[0], text_encoder or self.default_pair[1], n_perm)
+            if key not in self._reports:
+                pipe, lock = self.pipeline(image_encoder, text_encoder)
+                with lock:
+                    self._reports[key] = pipe.alignment_report(n_perm=n_perm)
+            rep = self._reports[key]
+            rows = []
+            for name, m in rep.get("metrics", {}).items():
+                std = float(m.get("null_std") or 0.0)
+                z = (float(m["score"]) - float(m["null_mean"])) / std if std > 0 else float("nan")
+                rows.append([name, round(float(m["score"]), 4), round(float(m["null_mean"]), 4),
+                             round(std, 4), round(z, 1)])
+            plot = rep.get("scaling_plot")
+            plot = str(plot) if plot and Path(plot).is_file() else None
+            summary = (f"{rep.get('image_encoder', key[0])} vs {rep.get('text_encoder', key[1])}: "
+                       f"{rep.get('n_pairs', '?')} image-caption pairs, {n_perm} permutations"
+                       + ("" if plot else "; no scaling-law runs yet (`captioner scaling`)"))
+            return rows, null_figure(rows), plot, summary, ""
+        except Exception as e:  # noqa: BLE001
+            return [], None, None, "", _status(e)
+
+
+def _accepts(fn, name: str) -> bool:
+    """Whether ``fn`` takes a keyword argument ``name`` (optional features of a pipeline)."""
+    import inspect
+
+    try:
+        params = inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False
+    return name in params or any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+
+
+def _status(e: BaseException) -> str:
+    """One line for the page. Our own errors say what to do; anything else is logged with its traceback
+    (for whoever runs the server) and shown by type and message only."""
+    if isinstance(e, CaptionerError):
+        return str(e)
+    log.exception("demo handler failed")
+    msg = str(e).splitlines()[0][:300] if str(e) else ""
+    return f"internal error ({type(e).__name__}{': ' + msg if msg else ''}); the server is still running"
+
+
+def null_figure(rows: list[list]):
+    """A small figure: for each metric, the null mean +- 2 std as a grey bar and the score as a dot.
+
+    ``rows`` as returned by :meth:`DemoHandlers.alignment`. Built on ``matplotlib.figure.Figure`` (not
+    pyplot), so concurrent requests share no global state."""
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(5.5, 0.9 + 0.6 * max(1, len(rows))), dpi=100)
+    ax = fig.add_subplot()
+    for i, (name, score, mean, std, _z) in enumerate(rows):
+        ax.barh(i, 4 * std, left=mean - 2 * std, height=0.5, color="#bbbbbb",
+                label="null mean ± 2 std" if i == 0 else None)
+        ax.plot([mean, mean], [i - 0.25, i + 0.25], color="#666666")
+        ax.plot(score, i, "o", color="#d62728", label="score" if i == 0 else None)
+    ax.set_yticks(range(len(rows)), [r[0] for r in rows])
+    ax.set_xlabel("alignment")
+    ax.set_ylim(len(rows) - 0.4, -0.6)  # first metric on top, as in the table
+    if rows:
+        ax.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=8, frameon=False)
+    fig.tight_layout()
+    return fig
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The page
+# ---------------------------------------------------------------------------------------------------------
+
+def _warn_if(status: str):
+    """Show a non-empty status as a toast as well as in the status box (HTML-escaped: the toast renders
+    HTML and the message may quote a file name)."""
+    if status:
+        import gradio as gr
+
+        gr.Warning(html.escape(status), duration=8)
+
+
+def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup: bool = True,
+              concurrency_limit: int = DEFAULT_CONCURRENCY, examples: list[str] | None = None):
+    """Build the demo around ``pipeline`` (loaded once, warmed up here unless ``warmup=False``).
+
+    Parameters
+    ----------
+    pipeline
+        The default pipeline (``Pipeline.default()``, or a fake with the same methods in tests).
+    factory
+        ``factory(image_encoder, text_encoder)`` for other encoder pairs (see :class:`DemoHandlers`).
+    concurrency_limit
+        Queue workers per event; the pipeline itself serves one request at a time.
+    examples
+        Example image paths (default: :func:`example_images`).
+
+    Returns
+    -------
+    gr.Blocks
+        Queued; ``app.handlers`` is the :class:`DemoHandlers` behind it.
+    """
+    import gradio as gr
+
+    if warmup:
+        pipeline.warmup()
+    h = DemoHandlers(pipeline, factory)
+    examples = example_images() if examples is None else examples
+    sets = label_sets()
+    first_set = next(iter(sets))
+
+    def caption_ui(image, rotation, img_enc, txt_enc, top_k, decode):
+        out = h.caption(image, rotation, img_enc, txt_enc, top_k, decode)
+        _warn_if(out[-1])
+        return out
+
+    def classify_ui(image, labels_text, rotation, img_enc, txt_enc):
+        out = h.classify(image, labels_text, rotation, img_enc, txt_enc, top_k=5)
+        _warn_if(out[-1])
+        return out
+
+    def alignment_ui(img_enc, txt_enc, n_perm):
+        out = h.alignment(img_enc, txt_enc, n_perm)
+        _warn_if(out[-1])
+        rows, fig, plot, summary, status = out
+        return rows, fig, gr.update(value=plot, visible=plot is not None), summary, status
+
+    if warmup:  # the default label set's prompts are embedded once now, not on the first click
+        from PIL import Image
+
+        status = h.classify(Image.new("RGB", (32, 32), (255, 255, 255)), "\n".join(sets[first_set]))[-1]
+        if status:
+            log.warning("zero-shot warm-up: %s", status)
+
+    def pick_label_set(name):
+        return "\n".join(sets.get(name, []))
+
+    with gr.Blocks(title="Pair-free captioner", analytics_enabled=False) as app:
+        gr.Markdown("## Pair-free cross-modal captioner\nSeparately trained image and text encoders, aligned "
+                    "by one rotation: fitted on pairs (Procrustes) or with no pairs at all (pair-free matcher).")
+        with gr.Row():
+            img_enc = gr.Dropdown(h.image_choices, value=h.default_pair[0], label="Image encoder",
+                                  elem_id="image-encoder")
+            txt_enc = gr.Dropdown(h.text_choices, value=h.default_pair[1], label="Text encoder",
+                                  elem_id="text-encoder")
+            rotation = gr.Radio([(ROTATION_LABELS.get(r, r), r) for r in h.rotations], value=h.rotations[0],
+                                label="Rotation", elem_id="rotation")
+
+        with gr.Tab("Caption", id="caption-tab"):
+            with gr.Row():
+                with gr.Column():
+                    cap_image = gr.Image(type="filepath", sources=["upload"], label="Image",
+                                         elem_id="caption-image", height=320)
+                    with gr.Row():
+                        top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Retrieved captions (top-k)")
+                        decode = gr.Checkbox(value=True, label="Decode a caption (else: the best retrieved one)")
+                    cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-btn")
+                with gr.Column():
+                    cap_status = gr.Markdown(elem_id="caption-status")
+                    cap_out = gr.Textbox(label="Caption", interactive=False, elem_id="caption-out")
+                    cap_table = gr.Dataframe(headers=["rank", "retrieved caption", "score"],
+                                             datatype=["number", "str", "number"], interactive=False,
+                                             label="Retrieved captions", elem_id="caption-table", wrap=True)
+                    cap_time = gr.Markdown(elem_id="caption-timings")
+            if examples:
+                gr.Examples(examples, inputs=[cap_image], label="Examples (sample photos and Tux Paint stamps)",
+                            examples_per_page=12, elem_id="caption-examples")
+            cap_btn.click(caption_ui, [cap_image, rotation, img_enc, txt_enc, top_k, decode],
+                          [cap_out, cap_table, cap_time, cap_status], api_name="caption", preprocess=False)
+
+        with gr.Tab("Zero-shot", id="zeroshot-tab"):
+            with gr.Row():
+                with gr.Column():
+                    zs_image = gr.Image(type="filepath", sources=["upload"], label="Image",
+                                        elem_id="zeroshot-image", height=320)
+                    zs_set = gr.Dropdown(list(sets), value=first_set, label="Label set", elem_id="label-set")
+                    zs_labels = gr.Textbox(value=pick_label_set(first_set), lines=8, max_lines=16,
+                                           label="Labels (one per line or comma separated)",
+                                           elem_id="labels")
+                    zs_btn = gr.Button("Classify", variant="primary", elem_id="classify-btn")
+                with gr.Column():
+                    zs_status = gr.Markdown(elem_id="classify-status")
+                    zs_label = gr.Label(num_top_classes=5, label="Top-5 probabilities", elem_id="classify-out")
+                    zs_table = gr.Dataframe(headers=["label", "probability"], datatype=["str", "number"],
+                                            interactive=False, label="Top-5", elem_id="classify-table")
+            if examples:
+                gr.Examples(examples, inputs=[zs_image], label="Examples", examples_per_page=12,
+                            elem_id="zeroshot-examples")
+            zs_set.change(pick_label_set, zs_set, zs_labels, api_name=False, queue=False)
+            zs_btn.click(classify_ui, [zs_image, zs_labels, rotation, img_enc, txt_enc],
+                         [zs_label, zs_table, zs_status], api_name="classify", preprocess=False)
+
+        with gr.Tab("Alignment", id="alignment-tab"):
+            gr.Markdown("How close the two embedding spaces are before any rotation: mutual k-NN and CKA of "
+                        "paired image and caption embeddings, against a null where the pairing is shuffled.")
+            with gr.Row():
+                n_perm = gr.Slider(5, 200, value=20, step=5, label="Permutations for the null")
+                al_btn = gr.Button("Measure alignment", variant="primary", elem_id="alignment-btn")
+            al_status = gr.Markdown(elem_id="alignment-status")
+            al_summary = gr.Markdown(elem_id="alignment-summary")
+            with gr.Row():
+                al_table = gr.Dataframe(headers=["metric", "score", "null mean", "null std", "z"],
+                                        datatype=["str", "number", "number", "number", "number"],
+                                        interactive=False, label="Against the permutation null",
+                                        elem_id="alignment-table")
+                al_plot = gr.Plot(label="Score vs null", elem_id="alignment-plot")
+            al_scaling = gr.Image(label="Scaling law (alignment vs training)", visible=False, interactive=False,
+                                  elem_id="scaling-plot")
+            al_btn.click(alignment_ui, [img_enc, txt_enc, n_perm],
+                         [al_table, al_plot, al_scaling, al_summary, al_status], api_name="alignment",
+                         preprocess=False)
+
+    app.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
+    app.handlers = h
+    app.examples = examples
+    return app
+
+
+def launch(app, host: str = "127.0.0.1", port: int | None = 7860, block: bool = True, quiet: bool = False):
+    """Serve ``app`` on ``host:port`` (loopback by default; no share link, no SSR, uploads capped at
+    :data:`MAX_UPLOAD`). With ``block=False`` it returns at once (tests: call ``app.close()``)."""
+    from captioner.paths import home
+
+    if host not in ("127.0.0.1", "localhost", "::1"):
+        log.warning("serving the demo on %s: anyone who can reach this address can use it", host)
+    app.launch(server_name=host, server_port=port, share=False, inbrowser=False, prevent_thread_lock=not block,
+               show_error=False, max_file_size=MAX_UPLOAD, ssr_mode=False, quiet=quiet, pwa=False,
+               footer_links=["api", "settings"],  # the "built with Gradio" link is the one that leaves the machine
+               allowed_paths=[str(home() / "sample-photos")] + ([str(TUXPAINT_STAMPS)] if TUXPAINT_STAMPS.is_dir()
+                                                                 else []))
+    return app

@@ -1,0 +1,8 @@
+"""JEPAs trained here: a text JEPA (two views of one scene), a next-token baseline of the same backbone
+(bad views), an image JEPA (two augmentations), the scene lab, and the encoder that plugs checkpoints
+into the registry as ``jepa:<path>``.
+
+Modules: ``model`` (torch modules, SIGReg/VICReg/InfoNCE), ``views`` (corpora, tokens, augmentations),
+``train`` (accelerate loop, checkpoints, presets), ``scenelab`` (controlled world), ``encoder``.
+Heavy imports (torch, transformers) happen inside those modules, not here.
+"""

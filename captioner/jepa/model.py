@@ -1,0 +1,429 @@
+"""JEPA models: a transformer text encoder, a small image encoder (CNN or ViT), a predictor MLP, and the
+collapse-preventing regularisers (SIGReg, VICReg, InfoNCE). Also the next-token-prediction baseline with
+the same backbone (a causal mask and a tied LM head): a JEPA whose "views" are parts of one document.
+
+Everything here is plain torch; the configs are dataclasses that live in the checkpoint, so a model
+rebuilds itself from what it saved (``build_model(config)``).
+"""
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+KINDS = ("text-jepa", "ntp", "image-jepa")
+
+
+# --------------------------------------------------------------------------------------------- configs
+@dataclass
+class TextConfig:
+    vocab_size: int = 30522        # the all-MiniLM-L6-v2 (uncased BERT) vocabulary
+    dim: int = 64
+    layers: int = 2
+    heads: int = 4
+    mlp_ratio: int = 4
+    max_len: int = 32              # tokens per view (JEPA) or per window (NTP), specials included
+    dropout: float = 0.0
+    embed_dim: int = 64            # JEPA representation (projector output); NTP embeds with `dim`
+
+
+@dataclass
+class ImageConfig:
+    arch: str = "cnn"              # "cnn" | "vit"
+    image_size: int = 32
+    channels: list = field(default_factory=lambda: [32, 64, 128])   # cnn: one stride-2 stage each
+    patch: int = 4                 # vit
+    dim: int = 64                  # vit width
+    layers: int = 2                # vit
+    heads: int = 4                 # vit
+    embed_dim: int = 64
+
+
+@dataclass
+class ObjectiveConfig:
+    reg: str = "sigreg"            # "sigreg" | "vicreg" | "infonce"
+    reg_weight: float = 0.05       # loss = (1 - w) * prediction + w * regulariser (sigreg, vicreg)
+    target: str = "stopgrad"       # "stopgrad" | "ema"
+    ema: float = 0.996
+    pred_hidden: int = 128
+    sigreg_slices: int = 256
+    sigreg_knots: int = 17
+    sigreg_tmax: float = 3.0
+    temperature: float = 0.1       # infonce
+
+
+def config_dict(obj) -> dict:
+    return asdict(obj)
+
+
+# ------------------------------------------------------------------------------------------ regularisers
+def epps_pulley(x: torch.Tensor, knots: int = 17, tmax: float = 3.0) -> torch.Tensor:
+    """Epps-Pulley statistic of each column of ``x`` against N(0, 1).
+
+    .. math:: T = N \\int_{-t_{max}}^{t_{max}} |\\hat\\varphi_N(t) - e^{-t^2/2}|^2 \\, e^{-t^2/2} \\, dt
+
+    with the empirical characteristic function :math:`\\hat\\varphi_N(t) = \\frac1N \\sum_j e^{i t x_j}`,
+    integrated by the trapezoid rule on ``knots`` points of [0, tmax] and doubled (the integrand is even).
+    Under H0 its expectation is :math:`\\int (1 - e^{-t^2}) e^{-t^2/2} dt \\approx 1.06`; it grows like N
+    for a distribution that is not N(0, 1).
+
+    Parameters
+    ----------
+    x : (N, M) tensor, M one-dimensional samples of size N.
+
+    Returns
+    -------
+    (M,) tensor.
+    """
+    n = x.shape[0]
+    t = torch.linspace(0.0, tmax, knots, device=x.device, dtype=torch.float32)  # (K,)
+    w = torch.full((knots,), tmax / (knots - 1), device=x.device)
+    w[0] = w[-1] = w[0] / 2
+    w = 2 * w * torch.exp(-t ** 2 / 2)                                          # trapezoid x2 x window
+    xt = x.float().unsqueeze(-1) * t                                            # (N, M, K)
+    re = torch.cos(xt).mean(0) - torch.exp(-t ** 2 / 2)                          # (M, K)
+    im = torch.sin(xt).mean(0)
+    return n * ((re ** 2 + im ** 2) @ w)                                        # (M,)
+
+
+def sigreg(z: torch.Tensor, slices: int = 256, knots: int = 17, tmax: float = 3.0,
+           generator: torch.Generator | None = None) -> torch.Tensor:
+    """SIGReg (LeJEPA): the Epps-Pulley statistic of random 1-D projections of the batch, averaged.
+
+    An isotropic Gaussian is the only distribution whose every 1-D projection is N(0, 1), so driving
+    the statistic down along random directions spreads the embeddings out and forbids collapse.
+
+    Parameters
+    ----------
+    z : (N, D) embeddings of one batch.
+    slices : number of random unit directions, redrawn at every call.
+
+    Returns
+    -------
+    scalar tensor (about 1 for N(0, I) samples, of order N for collapsed ones).
+    """
+    d = z.shape[1]
+    a = torch.randn(d, slices, generator=generator, device="cpu").to(z.device)  # cpu draw: same on any device
+    a = a / a.norm(dim=0, keepdim=True)
+    return epps_pulley(z.float() @ a, knots=knots, tmax=tmax).mean()
+
+
+def vicreg_reg(z1: torch.Tensor, z2: torch.Tensor, eps: float = 1e-4) -> torch.Tensor:
+    """VICReg's variance (hinge on each dimension's std at 1) and covariance (off-diagonal squared,
+    / D) terms, for both branches; the invariance term is the JEPA prediction loss. (N, D) x2 -> scalar."""
+    out = 0.0
+    for z in (z1, z2):
+        z = z.float() - z.float().mean(0)
+        std = torch.sqrt(z.var(0) + eps)
+        var = F.relu(1 - std).mean()
+        c = (z.T @ z) / max(1, z.shape[0] - 1)                  # (D, D)
+        off = c - torch.diag(torch.diag(c))
+        out = out + 25.0 * var + (off ** 2).sum() / z.shape[1]
+    return out / 2
+
+
+def info_nce(p: torch.Tensor, z: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
+    """Cross-entropy of picking the right target among the batch: (N, D) predictions vs (N, D) targets."""
+    p = F.normalize(p.float(), dim=-1)
+    z = F.normalize(z.float(), dim=-1)
+    logits = p @ z.T / temperature                               # (N, N)
+    return F.cross_entropy(logits, torch.arange(len(p), device=p.device))
+
+
+# ------------------------------------------------------------------------------------------- backbones
+class Block(nn.Module):
+    """Pre-LayerNorm transformer block (attention through scaled_dot_product_attention)."""
+
+    def __init__(self, dim: int, heads: int, mlp_ratio: int = 4, dropout: float = 0.0):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(dim)
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.out = nn.Linear(dim, dim)
+        self.ln2 = nn.LayerNorm(dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, mlp_ratio * dim), nn.GELU(), nn.Linear(mlp_ratio * dim, dim))
+        self.drop = nn.Dropout(dropout)
+        self.p = dropout
+
+    def forward(self, x, attn_mask=None, causal=False):
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        a = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
+                                           dropout_p=self.p if self.training else 0.0)  # (B, H, T, d/H)
+        x = x + self.drop(self.out(a.transpose(1, 2).reshape(b, t, d)))
+        return x + self.drop(self.mlp(self.ln2(x)))
+
+
+class TextBackbone(nn.Module):
+    """Token + learned position embeddings, ``layers`` blocks, a final LayerNorm. (B, T) -> (B, T, D)."""
+
+    def __init__(self, cfg: TextConfig, causal: bool = False):
+        super().__init__()
+        self.cfg, self.causal = cfg, causal
+        self.tok = nn.Embedding(cfg.vocab_size, cfg.dim)
+        self.pos = nn.Embedding(cfg.max_len, cfg.dim)
+        self.blocks = nn.ModuleList(Block(cfg.dim, cfg.heads, cfg.mlp_ratio, cfg.dropout) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(cfg.dim)
+        self.apply(_init)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+        t = ids.shape[1]
+        x = self.tok(ids) + self.pos(torch.arange(t, device=ids.device))   # (B, T, D)
+        attn = None
+        if mask is not None and not self.causal:
+            attn = mask[:, None, None, :].bool()                             # (B, 1, 1, T): keys to attend
+        for blk in self.blocks:
+            # right padding + causal: a real token never sees a pad, so no extra mask is needed
+            x = blk(x, attn_mask=attn, causal=self.causal)
+        return self.ln(x)
+
+
+def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """(B, T, D), (B, T) -> (B, D): mean over the real tokens."""
+    m = mask.to(h.dtype).unsqueeze(-1)
+    return (h * m).sum(1) / m.sum(1).clamp_min(1.0)
+
+
+class CNNBackbone(nn.Module):
+    """Stride-2 conv stages (conv-GroupNorm-GELU x2 each), global average pool. (B, 3, H, W) -> (B, C)."""
+
+    def __init__(self, cfg: ImageConfig):
+        super().__init__()
+        layers, c_in = [], 3
+        for c in cfg.channels:
+            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), nn.GroupNorm(8, c), nn.GELU(),
+                       nn.Conv2d(c, c, 3, padding=1), nn.GroupNorm(8, c), nn.GELU()]
+            c_in = c
+        self.net = nn.Sequential(*layers)
+        self.out_dim = c_in
+
+    def forward(self, x):
+        return self.net(x).mean((2, 3))
+
+
+class ViTBackbone(nn.Module):
+    """Patch embedding + transformer blocks + mean pool. (B, 3, H, W) -> (B, D)."""
+
+    def __init__(self, cfg: ImageConfig):
+        super().__init__()
+        n = (cfg.image_size // cfg.patch) ** 2
+        self.patch = nn.Conv2d(3, cfg.dim, cfg.patch, stride=cfg.patch)
+        self.pos = nn.Parameter(torch.randn(1, n, cfg.dim) * 0.02)
+        self.blocks = nn.ModuleList(Block(cfg.dim, cfg.heads) for _ in range(cfg.layers))
+        self.ln = nn.LayerNorm(cfg.dim)
+        self.out_dim = cfg.dim
+        self.apply(_init)
+
+    def forward(self, x):
+        x = self.patch(x).flatten(2).transpose(1, 2) + self.pos       # (B, N, D)
+        for blk in self.blocks:
+            x = blk(x)
+        return self.ln(x).mean(1)
+
+
+def _init(m):
+    if isinstance(m, (nn.Linear, nn.Embedding)):
+        nn.init.normal_(m.weight, std=0.02)
+        if isinstance(m, nn.Linear) and m.bias is not None:
+            nn.init.zeros_(m.bias)
+
+
+def predictor(dim: int, hidden: int) -> nn.Module:
+    return nn.Sequential(nn.Linear(dim, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, dim))
+
+
+# ------------------------------------------------------------------------------------------------ JEPAs
+class JEPA(nn.Module):
+    """Two views of one scene; the predictor maps view A's embedding to view B's (stop-grad or EMA target)
+    embedding and back, and a regulariser keeps the embeddings from collapsing.
+
+    Subclasses provide ``encoder`` (backbone + projector) via ``embed(view) -> (B, E)``.
+    """
+
+    kind = "?"
+
+    def __init__(self, embed_dim: int, obj: ObjectiveConfig):
+        super().__init__()
+        self.obj = obj
+        self.pred = predictor(embed_dim, obj.pred_hidden)
+        self.target = None  # built by enable_ema() once the encoder exists
+
+    def _make_target(self):
+        if self.obj.target == "ema":
+            self.target = copy.deepcopy(self.encoder)
+            for p in self.target.parameters():
+                p.requires_grad_(False)
+        elif self.obj.target != "stopgrad":
+            raise ValueError(f"target must be 'stopgrad' or 'ema', not {self.obj.target!r}")
+
+    @torch.no_grad()
+    def update_target(self):
+        if self.target is not None:
+            m = self.obj.ema
+            for pt, po in zip(self.target.parameters(), self.encoder.parameters()):
+                pt.mul_(m).add_(po.detach(), alpha=1 - m)
+
+    def embed(self, *view) -> torch.Tensor:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _target_embed(self, *view):
+        if self.target is None:
+            return self.embed(*view).detach()
+        with torch.no_grad():
+            return self._run(self.target, *view)
+
+    def forward(self, view_a: tuple, view_b: tuple, generator: torch.Generator | None = None) -> dict:
+        """Loss on a batch of view pairs. Returns {"loss", "pred", "reg"} (scalars; "pred"/"reg" detached)."""
+        o = self.obj
+        za, zb = self.embed(*view_a), self.embed(*view_b)                     # (B, E)
+        pa, pb = self.pred(za), self.pred(zb)
+        if o.reg == "infonce":
+            ta, tb = (za, zb) if self.target is None else (self._target_embed(*view_a), self._target_embed(*view_b))
+            pred = (info_nce(pa, tb, o.temperature) + info_nce(pb, ta, o.temperature)) / 2
+            return {"loss": pred, "pred": pred.detach(), "reg": torch.zeros(())}
+        ta = self._target_embed(*view_a) if self.target is not None else za.detach()
+        tb = self._target_embed(*view_b) if self.target is not None else zb.detach()
+        pred = (F.mse_loss(pa.float(), tb.float()) + F.mse_loss(pb.float(), ta.float())) / 2
+        if o.reg == "sigreg":
+            reg = (sigreg(za, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)
+                   + sigreg(zb, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)) / 2
+        elif o.reg == "vicreg":
+            reg = vicreg_reg(za, zb)
+        else:
+            raise ValueError(f"unknown regulariser {o.reg!r}; choose sigreg, vicreg or infonce")
+        w = o.reg_weight
+        return {"loss": (1 - w) * pred + w * reg, "pred": pred.detach(), "reg": reg.detach()}
+
+
+class TextEncoderHead(nn.Module):
+    def __init__(self, cfg: TextConfig):
+        super().__init__()
+        self.backbone = TextBackbone(cfg, causal=False)
+        self.proj = nn.Linear(cfg.dim, cfg.embed_dim)
+
+    def forward(self, ids, mask):
+        return self.proj(masked_mean(self.backbone(ids, mask), mask))           # (B, E)
+
+
+class TextJEPA(JEPA):
+    kind = "text-jepa"
+
+    def __init__(self, text: TextConfig, obj: ObjectiveConfig):
+        super().__init__(text.embed_dim, obj)
+        self.cfg = text
+        self.encoder = TextEncoderHead(text)
+        self._make_target()
+
+    @staticmethod
+    def _run(enc, ids, mask):
+        return enc(ids, mask)
+
+    def embed(self, ids, mask):
+        """(B, T) token ids + (B, T) mask -> (B, E) representation (mean-pooled, projected)."""
+        return self.encoder(ids, mask)
+
+
+class ImageEncoderHead(nn.Module):
+    def __init__(self, cfg: ImageConfig):
+        super().__init__()
+        if cfg.arch == "cnn":
+            self.backbone = CNNBackbone(cfg)
+        elif cfg.arch == "vit":
+            self.backbone = ViTBackbone(cfg)
+        else:
+            raise ValueError(f"image arch must be 'cnn' or 'vit', not {cfg.arch!r}")
+        self.proj = nn.Linear(self.backbone.out_dim, cfg.embed_dim)
+
+    def forward(self, x):
+        return self.proj(self.backbone((x - 0.5) / 0.25))                      # (B, E); x in [0, 1]
+
+
+class ImageJEPA(JEPA):
+    kind = "image-jepa"
+
+    def __init__(self, image: ImageConfig, obj: ObjectiveConfig):
+        super().__init__(image.embed_dim, obj)
+        self.cfg = image
+        self.encoder = ImageEncoderHead(image)
+        self._make_target()
+
+    @staticmethod
+    def _run(enc, x):
+        return enc(x)
+
+    def embed(self, x):
+        """(B, 3, H, W) floats in [0, 1] -> (B, E)."""
+        return self.encoder(x)
+
+
+class NextTokenLM(nn.Module):
+    """The bad-views baseline: the text backbone with a causal mask and an LM head tied to the token
+    embeddings; embedded by mean-pooled final hidden states."""
+
+    kind = "ntp"
+
+    def __init__(self, text: TextConfig):
+        super().__init__()
+        self.cfg = text
+        self.backbone = TextBackbone(text, causal=True)
+        self.vocab = None     # (V',) ids the softmax runs over during training; None = the whole vocabulary
+        self.remap = None     # (V,) id -> position in `vocab`
+
+    def restrict_vocab(self, ids) -> None:
+        """Train the softmax over the token ids that occur in the corpus only (non-persistent: not saved).
+
+        Exactly the LM whose vocabulary is the corpus's; for the scene lab (~100 distinct tokens of 30522)
+        it removes almost all of the LM head's cost. The embeddings it produces are unaffected."""
+        ids = torch.as_tensor(sorted(set(int(i) for i in ids)), dtype=torch.long)
+        remap = torch.full((self.cfg.vocab_size,), -100, dtype=torch.long)
+        remap[ids] = torch.arange(len(ids))
+        dev = self.backbone.tok.weight.device
+        self.vocab, self.remap = ids.to(dev), remap.to(dev)
+
+    def embed(self, ids, mask):
+        """(B, T) ids + mask -> (B, D) mean of the final hidden states over real tokens."""
+        return masked_mean(self.backbone(ids, mask), mask)
+
+    def forward(self, ids: torch.Tensor, mask: torch.Tensor, generator=None) -> dict:
+        h = self.backbone(ids, mask)                                          # (B, T, D)
+        tgt = ids[:, 1:]
+        w = self.backbone.tok.weight
+        if self.vocab is not None:
+            if self.vocab.device != w.device:
+                self.vocab, self.remap = self.vocab.to(w.device), self.remap.to(w.device)
+            w, tgt = w[self.vocab], self.remap[tgt]
+        logits = h[:, :-1] @ w.T                                              # (B, T-1, V)
+        tgt = tgt.masked_fill(~mask[:, 1:].bool(), -100)
+        loss = F.cross_entropy(logits.float().reshape(-1, logits.shape[-1]), tgt.reshape(-1), ignore_index=-100)
+        return {"loss": loss, "pred": loss.detach(), "reg": torch.zeros(())}
+
+
+def build_model(kind: str, text: TextConfig | None = None, image: ImageConfig | None = None,
+                obj: ObjectiveConfig | None = None) -> nn.Module:
+    """The model for ``kind`` in KINDS from its configs (what a checkpoint stores)."""
+    obj = obj or ObjectiveConfig()
+    if kind == "text-jepa":
+        return TextJEPA(text or TextConfig(), obj)
+    if kind == "ntp":
+        return NextTokenLM(text or TextConfig())
+    if kind == "image-jepa":
+        return ImageJEPA(image or ImageConfig(), obj)
+    raise ValueError(f"unknown model kind {kind!r}; choose one of {', '.join(KINDS)}")
+
+
+def count_params(model: nn.Module, trainable_only: bool = True) -> int:
+    return sum(p.numel() for p in model.parameters() if p.requires_grad or not trainable_only)
+
+
+def expected_ep_gaussian(tmax: float = 3.0, knots: int = 17) -> float:
+    """E[epps_pulley] under H0 (same quadrature as epps_pulley): sum_k w_k (1 - exp(-t_k^2))."""
+    tot = 0.0
+    for k in range(knots):
+        t = tmax * k / (knots - 1)
+        w = tmax / (knots - 1) * (0.5 if k in (0, knots - 1) else 1.0)
+        tot += 2 * w * math.exp(-t * t / 2) * (1 - math.exp(-t * t))
+    return tot

@@ -1,0 +1,503 @@
+"""The captioner end to end: image files in; captions, labels and an alignment report out.
+
+``Pipeline`` holds an image encoder, a text encoder, a caption bank (Tux Paint train captions by default),
+the rotations from image space into text space, and the text-only decoder. Everything is built on first
+use and cached under ``captioner.paths.home()``:
+
+- the bank and all embeddings go through the embedding cache (``captioner.cache``);
+- ``paired``: orthogonal Procrustes on the train image-caption pairs;
+- ``pairfree``: ``alignment.pairfree.match`` between the train images and the bank captions, no pairs;
+- ``ridge`` (the least-squares map from pairs: the one-linear-map reference) and ``random`` (a Haar-random
+  rotation between the two PCA bases: the floor), for the evaluation;
+- the decoder, trained on text only (bank captions, emoji names, CuPL sentences) if absent.
+
+Each artifact's file name carries a hash of the encoder fingerprints and data it was made from, and loading
+checks the fingerprints again, so a rotation or decoder made for other encoders is never used silently.
+The public contract (``caption``, ``classify``, ``alignment_report``, ``rotations``, ``warmup``, ``default``)
+is what the CLI and the Gradio demo call; keep it stable.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+
+from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
+
+PUBLIC_ROTATIONS = ["paired", "pairfree"]
+EVAL_ROTATIONS = ["paired", "pairfree", "ridge", "random"]
+
+_DEFAULTS: dict = {}
+_DEFAULTS_LOCK = threading.Lock()
+
+
+def _slug(s: str) -> str:
+    import re
+
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:40]
+
+
+def _hash(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def _ms(t0: float) -> float:
+    return round((time.perf_counter() - t0) * 1000.0, 2)
+
+
+class Pipeline:
+    """Caption and classify images with one rotation between separately trained encoders.
+
+    Parameters
+    ----------
+    image_encoder, text_encoder : registry names (``captioner.encoders``).
+    device : "cpu", "cuda", "cuda:N" or "mps".
+    progress : show tqdm bars while building (embedding, fitting, decoder training).
+    train_set : CaptionDataset whose image-caption pairs fit the paired maps and whose captions make the
+        bank (default: Tux Paint train).
+    exclude : captions the bank and the decoder corpus must not contain (default: Tux Paint test).
+    decoder_preset : ``captioner.decoder.PRESETS`` name for the decoder trained on first use.
+    decoder_corpus : "default" (bank + Tux Paint val + emoji names + CuPL) or "bank" (the bank only).
+    rotation_files : {"paired": path, ...} saved maps to use instead of fitting (checked against the
+        encoders; a map fitted for others is refused).
+    beam : beam width for decoding (1 = greedy).
+    decode_input : "projection" (DeCap: the softmax-weighted mean of bank embeddings) or "rotation" (the
+        rotated query itself, put at a caption's radius).
+    temperature : DeCap softmax temperature.
+    pairfree_max : at most this many images and captions go into the pair-free matcher.
+    """
+
+    def __init__(self, image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6",
+                 device: str = "cpu", progress: bool = True, *, train_set=None, exclude=None,
+                 decoder_preset: str = "small", decoder_corpus: str = "default", rotation_files: dict | None = None,
+                 beam: int = 3, decode_input: str = "projection", temperature: float = 0.01,
+                 pairfree_max: int = 2000, n_cupl: int = 4000):
+        if decode_input not in ("projection", "rotation"):
+            raise CaptionerError(f"decode_input must be 'projection' or 'rotation', not {decode_input!r}")
+        self.image_encoder = image_encoder
+        self.text_encoder = text_encoder
+        self.device = device
+        self.progress = progress
+        self.decoder_preset = decoder_preset
+        self.decoder_corpus_kind = decoder_corpus
+        self.rotation_files = dict(rotation_files or {})
+        self.beam = beam
+        self.decode_input = decode_input
+        self.temperature = temperature
+        self.pairfree_max = pairfree_max
+        self.n_cupl = n_cupl
+        self._train_set = train_set
+        self._exclude = exclude
+        self._lock = threading.RLock()
+        self._enc: dict = {}
+        self._bank = None
+        self._pairs = None
+        self._maps: dict = {}
+        self._decoder = None
+        self._heads: dict = {}
+
+    # -- construction ------------------------------------------------------------------------------------
+    @classmethod
+    def default(cls, **kw) -> "Pipeline":
+        """One process-wide instance per set of arguments (the demo and repeated CLI calls share it)."""
+        key = json.dumps(kw, sort_keys=True, default=str)
+        with _DEFAULTS_LOCK:
+            if key not in _DEFAULTS:
+                _DEFAULTS[key] = cls(**kw)
+            return _DEFAULTS[key]
+
+    @property
+    def rotations(self) -> list[str]:
+        """Rotations a user picks from (the demo's radio buttons). ``eval_rotations`` adds the references."""
+        return list(PUBLIC_ROTATIONS)
+
+    @property
+    def eval_rotations(self) -> list[str]:
+        return list(EVAL_ROTATIONS)
+
+    def _log(self, msg: str) -> None:
+        if self.progress:
+            import sys
+
+            print(f"[captioner] {msg}", file=sys.stderr, flush=True)
+
+    def encoder(self, which: str):
+        """The image or text Encoder object (loaded once)."""
+        from captioner.encoders import get_encoder
+
+        with self._lock:
+            if which not in self._enc:
+                name = self.image_encoder if which == "image" else self.text_encoder
+                enc = get_encoder(name, device=self.device)
+                if enc.modality != which:
+                    raise CaptionerError(f"encoder {name!r} encodes {enc.modality}s; the {which} encoder must "
+                                         f"encode {which}s")
+                self._enc[which] = enc
+            return self._enc[which]
+
+    @property
+    def train_set(self):
+        if self._train_set is None:
+            from captioner.datasets import get_dataset
+
+            self._train_set = get_dataset("tuxpaint", split="train")
+        return self._train_set
+
+    @property
+    def exclude(self) -> list[str]:
+        if self._exclude is None:
+            from captioner.datasets import get_dataset
+
+            try:
+                self._exclude = get_dataset("tuxpaint", split="test").captions()
+            except CaptionerError:
+                self._exclude = []
+        return list(self._exclude)
+
+    def bank(self):
+        """The caption bank (train captions minus ``exclude``), built on first use."""
+        from captioner.bank import build_bank
+
+        with self._lock:
+            if self._bank is None:
+                self._log(f"caption bank: {self.train_set.name}/{self.train_set.split} captions, "
+                          f"{self.text_encoder}")
+                self._bank = build_bank(self.encoder("text"), [self.train_set], exclude=self.exclude,
+                                        progress=self.progress, device=self.device)
+            return self._bank
+
+    def train_pairs(self):
+        """(X (N, D_img), Y (N, D_txt), sample_ids) of the train set, through the embedding cache; pairs whose
+        caption is excluded are dropped too."""
+        from captioner.bank import normalize_caption
+        from captioner.cache import embed, paired
+
+        with self._lock:
+            if self._pairs is None:
+                self._log(f"train pairs: embedding {self.train_set.name}/{self.train_set.split} images with "
+                          f"{self.image_encoder}")
+                xs = embed(self.encoder("image"), self.train_set, "image", progress=self.progress)
+                ts = embed(self.encoder("text"), self.train_set, "text", progress=self.progress)
+                X, Y, sids = paired(xs, ts)
+                banned = {normalize_caption(c) for c in self.exclude}
+                if banned:
+                    cap = {s.id: s.captions[0] if s.captions else "" for s in self.train_set.samples}
+                    keep = [i for i, s in enumerate(sids) if normalize_caption(cap.get(s, "")) not in banned]
+                    X, Y, sids = X[keep], Y[keep], [sids[i] for i in keep]
+                if len(sids) < 3:
+                    raise CaptionerError(f"only {len(sids)} image-caption pairs in "
+                                         f"{self.train_set.name}/{self.train_set.split}; need at least 3")
+                self._pairs = (X, Y, sids, xs)
+            return self._pairs[:3]
+
+    def _artifact_key(self, kind: str, extra=None) -> str:
+        return _hash({"kind": kind, "img": self.encoder("image").fingerprint(),
+                      "txt": self.encoder("text").fingerprint(), "train": [self.train_set.name,
+                      self.train_set.split, self.train_set.key()], "bank": self.bank().key(), "extra": extra})
+
+    def rotation(self, kind: str = "paired"):
+        """The map ``kind`` (paired, pairfree, ridge, random), loaded from its cache file or fitted and saved."""
+        from alignment.errors import AlignmentError, MismatchError
+        from alignment.procrustes import load_map
+
+        if kind not in EVAL_ROTATIONS:
+            raise CaptionerError(f"unknown rotation {kind!r}; choose one of {', '.join(EVAL_ROTATIONS)}")
+        with self._lock:
+            if kind in self._maps:
+                return self._maps[kind]
+            fx, fy = self.encoder("image").fingerprint(), self.encoder("text").fingerprint()
+            if kind in self.rotation_files:
+                try:
+                    m = load_map(self.rotation_files[kind], x_encoder=fx, y_encoder=fy)
+                except MismatchError as e:
+                    raise CacheMismatchError(str(e)) from None
+                except AlignmentError as e:
+                    raise CaptionerError(str(e)) from None
+                self._maps[kind] = m
+                return m
+            from captioner.paths import subdir
+
+            path = subdir("rotations") / (f"{kind}-{_slug(self.image_encoder)}-{_slug(self.text_encoder)}-"
+                                          f"{self._artifact_key(kind, self._fit_params(kind))}.safetensors")
+            if path.exists() and path.with_suffix(".json").exists():
+                try:
+                    m = load_map(path, x_encoder=fx, y_encoder=fy)
+                except MismatchError as e:
+                    raise CacheMismatchError(str(e)) from None
+            else:
+                t0 = time.time()
+                self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
+                try:
+                    m = self._fit(kind, fx, fy)
+                except AlignmentError as e:
+                    raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
+                m.meta["fit_seconds"] = round(time.time() - t0, 3)
+                m.save(path)
+            self._maps[kind] = m
+            return m
+
+    def _fit_params(self, kind: str) -> dict:
+        return {"pairfree": {"max": self.pairfree_max, "seed": 0}, "random": {"seed": 0}}.get(kind, {})
+
+    def _fit(self, kind: str, fx: dict, fy: dict):
+        from alignment.procrustes import fit_procrustes, fit_random, fit_ridge
+
+        meta = {"x_encoder": fx, "y_encoder": fy,
+                "train": f"{self.train_set.name}/{self.train_set.split}", "bank_key": self.bank().key()}
+        if kind in ("paired", "ridge"):
+            X, Y, _ = self.train_pairs()
+            meta["pairing"] = f"{len(X)} image-caption pairs"
+            return fit_procrustes(X, Y, **meta) if kind == "paired" else fit_ridge(X, Y, **meta)
+        X = self._train_images()
+        Yb = self.bank().E
+        if kind == "random":
+            meta["pairing"] = "none (random rotation between the PCA bases)"
+            return fit_random(X, Yb, seed=0, **meta)
+        # pair-free: the train images and the bank captions, shuffled apart so that no row order leaks pairs
+        from alignment.pairfree import match
+
+        rng = np.random.default_rng(0)
+        xi = rng.permutation(len(X))[: self.pairfree_max]
+        yi = rng.permutation(len(Yb))[: self.pairfree_max]
+        res = match(X[xi], Yb[yi])
+        m = res.rotation
+        m.meta.update(meta)
+        m.meta["pairing"] = "none (pair-free match of train images to bank captions)"
+        m.meta["pairfree"] = {"score": _jsonable(res.score), "info": _jsonable(res.info),
+                              "n_images": int(len(xi)), "n_captions": int(len(yi))}
+        return m
+
+    def _train_images(self) -> np.ndarray:
+        self.train_pairs()
+        return self._pairs[3].X
+
+    # -- decoder ---------------------------------------------------------------------------------------
+    def decoder(self):
+        """The caption decoder for this text encoder (trained on text only on first use)."""
+        from captioner.bank import bank_from_arrays, decoder_corpus
+        from captioner.decoder import preset, train_decoder
+        from captioner.paths import subdir
+
+        with self._lock:
+            if self._decoder is not None:
+                return self._decoder
+            enc = self.encoder("text")
+            if self.decoder_corpus_kind == "bank":
+                texts, E = self.bank().texts, self.bank().E
+            else:
+                texts, E, _ = decoder_corpus(enc, exclude=self.exclude, progress=self.progress,
+                                             device=self.device, n_cupl=self.n_cupl)
+                if self.train_set.name != "tuxpaint":  # another domain: its own captions come first
+                    b = self.bank()
+                    merged = bank_from_arrays(list(b.texts) + list(texts), np.concatenate([b.E, E]),
+                                              enc.fingerprint(), exclude=self.exclude)
+                    texts, E = merged.texts, merged.E
+            mcfg, tcfg = preset(self.decoder_preset)
+            from captioner.decoder import corpus_hash
+
+            key = _hash({"preset": self.decoder_preset, "corpus": corpus_hash(texts, E),
+                         "txt": enc.fingerprint()})
+            path = subdir("checkpoints") / f"decoder-{_slug(self.text_encoder)}-{self.decoder_preset}-{key}.pt"
+            if not path.exists() or not _complete(path):
+                self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
+                          f"{tcfg.steps} steps) -> {path}")
+            self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
+                                          progress=self.progress, vocab_priority=len(self.bank()))
+            return self._decoder
+
+    # -- building blocks on embeddings -----------------------------------------------------------------
+    def encode_images(self, images) -> np.ndarray:
+        """PIL images (or paths) -> (N, D_img) float32."""
+        from PIL import Image
+
+        from captioner.images import load_image
+
+        if images is None or len(images) == 0:
+            raise CaptionerError("no images given")
+        ims = [im.convert("RGB") if isinstance(im, Image.Image) else load_image(im) for im in images]
+        return self.encoder("image").encode(ims)
+
+    def text_queries(self, X: np.ndarray, rotation: str) -> np.ndarray:
+        from captioner.retrieval import to_text_space
+
+        return to_text_space(self.rotation(rotation), X, self.bank().dim)
+
+    def decoder_inputs(self, Q: np.ndarray) -> np.ndarray:
+        """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
+        from captioner.retrieval import onto_manifold, project
+
+        if self.decode_input == "projection":
+            return project(Q, self.bank(), temperature=self.temperature)
+        return onto_manifold(Q, self.bank())
+
+    def caption_queries(self, Q: np.ndarray, top_k: int = 5, decode: bool = True) -> list[dict]:
+        """Text-space queries (N, D_txt) -> caption dicts (without the encode timing)."""
+        from captioner.retrieval import retrieve
+
+        bank = self.bank()
+        t0 = time.perf_counter()
+        idx, sc = retrieve(Q, bank, top_k)
+        t_ret = _ms(t0) / max(1, len(Q))
+        caps = None
+        t_dec = 0.0
+        if decode:
+            dec = self.decoder()
+            t0 = time.perf_counter()
+            caps = dec.generate(self.decoder_inputs(Q), beam=self.beam)
+            t_dec = _ms(t0) / max(1, len(Q))
+        out = []
+        for i in range(len(Q)):
+            retrieved = [{"caption": bank.texts[j], "score": float(s)} for j, s in zip(idx[i], sc[i])]
+            cap = caps[i] if caps is not None and caps[i] else retrieved[0]["caption"]
+            out.append({"caption": cap, "retrieved": retrieved,
+                        "timings_ms": {"rotate_retrieve": round(t_ret, 2), "decode": round(t_dec, 2)}})
+        return out
+
+    # -- the public contract ---------------------------------------------------------------------------
+    def warmup(self) -> None:
+        """Build everything the public calls need (bank, both rotations, decoder) and run one request."""
+        from PIL import Image
+
+        with self._lock:
+            self.bank()
+            for r in self.rotations:
+                self.rotation(r)
+            self.decoder()
+            im = Image.new("RGB", (64, 64), (255, 255, 255))
+            self.caption([im], top_k=1)
+            self.classify([im], ["animal", "vehicle"], top_k=1)
+
+    def caption(self, images, top_k: int = 5, rotation: str = "paired", decode: bool = True) -> list[dict]:
+        """Caption images.
+
+        Parameters
+        ----------
+        images : list of PIL images (paths are accepted too).
+        top_k : retrieved captions per image.
+        rotation : one of ``eval_rotations``.
+        decode : run the decoder (else the caption is the top retrieved one).
+
+        Returns
+        -------
+        one dict per image: {"caption", "retrieved": [{"caption", "score"}, ...], "timings_ms": {"encode",
+        "rotate_retrieve", "decode"}} (per-image milliseconds).
+        """
+        if top_k < 1:
+            raise CaptionerError(f"top_k must be >= 1, not {top_k}")
+        with self._lock:
+            self.rotation(rotation)  # fail on a bad name before encoding anything
+            t0 = time.perf_counter()
+            X = self.encode_images(images)
+            t_enc = _ms(t0) / len(X)
+            t0 = time.perf_counter()
+            Q = self.text_queries(X, rotation)
+            t_rot = _ms(t0) / len(X)
+            out = self.caption_queries(Q, top_k=top_k, decode=decode)
+            for o in out:
+                o["timings_ms"] = {"encode": round(t_enc, 2),
+                                   "rotate_retrieve": round(t_rot + o["timings_ms"]["rotate_retrieve"], 2),
+                                   "decode": o["timings_ms"]["decode"]}
+            return out
+
+    def head(self, labels: list[str], templates: list[str] | None = None, definitions=None,
+             mode: str = "templates"):
+        """Zero-shot head (C, D_txt) for a label list (cached per labels and prompts)."""
+        from captioner.assets import templates as load_templates
+        from captioner.zeroshot import build_head
+
+        tpl = list(templates) if templates is not None else load_templates("imagenet1k")
+        key = (tuple(labels), tuple(tpl), tuple(definitions or ()), mode)
+        with self._lock:
+            if key not in self._heads:
+                self._heads[key] = build_head(self.encoder("text"), list(labels), tpl, definitions, mode,
+                                              progress=self.progress)
+            return self._heads[key]
+
+    def classifier(self, labels: list[str], rotation: str = "paired", prompt_names: list[str] | None = None,
+                   **head_kw):
+        from captioner.zeroshot import ZeroShotClassifier, check_labels
+
+        labels = check_labels(labels)
+        W = self.head(prompt_names or labels, **head_kw)
+        mu = self.bank().centered()[0]
+        return ZeroShotClassifier(labels, W, self.rotation(rotation), mu=mu)
+
+    def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired") -> list[dict]:
+        """Zero-shot classify images among ``labels`` (prompts: the 80 ImageNet templates, mean-pooled).
+
+        Returns one dict per image: {"labels": [{"label", "prob"}, ... top_k], "timings_ms": {"encode",
+        "rotate_retrieve"}}.
+        """
+        from captioner.zeroshot import check_labels, topk
+
+        labels = check_labels(labels)
+        if top_k < 1:
+            raise CaptionerError(f"top_k must be >= 1, not {top_k}")
+        with self._lock:
+            clf = self.classifier(labels, rotation)
+            t0 = time.perf_counter()
+            X = self.encode_images(images)
+            t_enc = _ms(t0) / len(X)
+            t0 = time.perf_counter()
+            P = clf.predict_proba(X)
+            t_cls = _ms(t0) / len(X)
+            top = topk(P, top_k)
+            return [{"labels": [{"label": labels[j], "prob": float(P[i, j])} for j in top[i]],
+                     "timings_ms": {"encode": round(t_enc, 2), "rotate_retrieve": round(t_cls, 2)}}
+                    for i in range(len(X))]
+
+    def alignment_report(self, n_perm: int = 20) -> dict:
+        """How aligned the two encoders are on the train pairs, against a permutation null.
+
+        Returns {"image_encoder", "text_encoder", "n_pairs", "metrics": {"mutual_knn": {"score", "null_mean",
+        "null_std", ...}, "cka": {...}}, "scaling_plot": path or None}.
+        """
+        from alignment.metrics import permutation_null
+
+        with self._lock:
+            X, Y, _ = self.train_pairs()
+            metrics = {}
+            for name in ("mutual_knn", "cka"):
+                r = permutation_null(name, X, Y, n_perm=n_perm, seed=0)
+                metrics[name] = {k: float(v) for k, v in r.items() if isinstance(v, (int, float, np.floating))}
+            return {"image_encoder": self.image_encoder, "text_encoder": self.text_encoder, "n_pairs": int(len(X)),
+                    "metrics": metrics, "scaling_plot": _latest_scaling_plot()}
+
+
+def _complete(path: Path) -> bool:
+    try:
+        import torch
+
+        return bool(torch.load(path, map_location="cpu", weights_only=False).get("complete"))
+    except Exception:  # unreadable: train_decoder will say so
+        return False
+
+
+def _latest_scaling_plot() -> str | None:
+    """The newest scaling-law plot written by `captioner scaling` under the home folder, if any."""
+    from captioner.paths import home
+
+    try:
+        plots = sorted(home().glob("**/scaling*.png"), key=lambda p: p.stat().st_mtime)
+    except OSError:
+        return None
+    return str(plots[-1]) if plots else None
+
+
+def _jsonable(o):
+    if isinstance(o, dict):
+        return {str(k): _jsonable(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_jsonable(v) for v in o]
+    if isinstance(o, np.ndarray):
+        return o.tolist() if o.size <= 64 else f"<array {o.shape}>"
+    if isinstance(o, np.generic):
+        return o.item()
+    return o
+
+
+__all__ = ["Pipeline", "PUBLIC_ROTATIONS", "EVAL_ROTATIONS", "BadImageError"]

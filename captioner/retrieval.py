@@ -1,0 +1,132 @@
+"""Retrieval captioning: rotate an image embedding into text space, return the nearest bank captions; and
+the DeCap-style projection of a query onto the bank (the input the decoder gets).
+
+Any object with ``transform(X) -> (N, D_text)`` serves as the rotation: a paired Procrustes fit, a pair-free
+match, a ridge map, a random rotation, or ``Identity`` (text queries: the text-only ceiling).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.bank import CaptionBank, l2n
+from captioner.errors import CaptionerError
+
+
+class Identity:
+    """The identity map (queries already in text space)."""
+
+    def transform(self, X):
+        return np.asarray(X, np.float32)
+
+
+def to_text_space(rotation, X: np.ndarray, dim: int) -> np.ndarray:
+    """Apply ``rotation`` to image embeddings: (N, D_img) -> (N, dim) float32 text-space points (not
+    normalised: retrieval centres them on the bank first)."""
+    X = np.asarray(X, np.float32)
+    if X.ndim == 1:
+        X = X[None]
+    try:
+        Q = np.asarray(rotation.transform(X), np.float32)
+    except ValueError as e:  # alignment's errors are ValueErrors: a map fitted for other encoders
+        raise CaptionerError(str(e)) from None
+    if Q.ndim != 2 or Q.shape != (len(X), dim):
+        raise CaptionerError(f"rotation maps {X.shape} to {Q.shape}, but the caption bank is {dim}-d; "
+                             "was it fitted for another text encoder?")
+    return Q
+
+
+def centre_queries(Q: np.ndarray, bank: CaptionBank) -> np.ndarray:
+    """Text-space points -> unit directions around the bank mean (what retrieval compares). (N, D)."""
+    mu, _, _ = bank.centered()
+    return l2n(np.asarray(Q, np.float32) - mu)
+
+
+def onto_manifold(Q: np.ndarray, bank: CaptionBank) -> np.ndarray:
+    """A text-space point with a caption's typical geometry: the bank mean plus the query's centred
+    direction at the bank's RMS radius, unit-normalised. The decoder input when it reads a rotated query
+    directly (no projection). (N, D) -> (N, D)."""
+    mu, _, r = bank.centered()
+    return l2n(mu + r * centre_queries(Q, bank))
+
+
+def retrieve(Q: np.ndarray, bank: CaptionBank, top_k: int = 5, chunk: int = 256) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k bank captions by cosine similarity.
+
+    Parameters
+    ----------
+    Q : (N, D) queries in text space; compared to the bank as directions around the bank mean
+        (``CaptionBank.centered``).
+    top_k : clipped to the bank size.
+    chunk : queries per block, so a COCO-sized bank (400k captions) never needs an (N, M) matrix at once.
+
+    Returns
+    -------
+    idx : (N, k) int64 bank rows, best first (ties: lower row first); scores : (N, k) float32 centred cosines.
+    """
+    Q = np.asarray(Q, np.float32)
+    if Q.ndim != 2 or Q.shape[1] != bank.dim:
+        raise CaptionerError(f"queries are {Q.shape[-1]}-d but the caption bank is {bank.dim}-d")
+    Q = centre_queries(Q, bank)
+    _, Ec, _ = bank.centered()
+    M = len(bank)
+    k = max(1, min(int(top_k), M))
+    idx = np.zeros((len(Q), k), np.int64)
+    sc = np.zeros((len(Q), k), np.float32)
+    for a in range(0, len(Q), chunk):
+        S = Q[a:a + chunk] @ Ec.T  # (n, M) centred cosines
+        cand = np.argpartition(-S, k - 1, axis=1)[:, :k] if k < M else np.tile(np.arange(M), (len(S), 1))
+        cs = np.take_along_axis(S, cand, 1)
+        order = np.lexsort((cand, -cs), axis=1)  # by score, then by row
+        idx[a:a + chunk] = np.take_along_axis(cand, order, 1)
+        sc[a:a + chunk] = np.take_along_axis(cs, order, 1)
+    return idx, sc
+
+
+def project(Q: np.ndarray, bank: CaptionBank, temperature: float = 0.01, top_k: int | None = None,
+            chunk: int = 256) -> np.ndarray:
+    """DeCap's projection: the softmax(cos / temperature)-weighted mean of the bank embeddings (the raw
+    ones: the result is a caption-like point), renormalised; cosines are centred as in ``retrieve``.
+
+    It replaces a query that lies off the text manifold (an image rotated into text space) by a point in
+    the hull of real caption embeddings, which a decoder trained on text only can read.
+
+    Parameters
+    ----------
+    Q : (N, D) queries; temperature : softmax temperature on cosines (DeCap uses 1/100);
+    top_k : average over the top-k captions only (None: all).
+
+    Returns
+    -------
+    (N, D) float32 unit rows.
+    """
+    if temperature <= 0:
+        raise CaptionerError(f"projection temperature must be > 0, not {temperature}")
+    Q = centre_queries(Q, bank)
+    _, Ec, _ = bank.centered()
+    out = np.zeros_like(Q)
+    for a in range(0, len(Q), chunk):
+        S = (Q[a:a + chunk] @ Ec.T) / temperature  # (n, M) centred cosines
+        if top_k is not None and top_k < S.shape[1]:
+            thr = -np.partition(-S, top_k - 1, axis=1)[:, top_k - 1:top_k]
+            S = np.where(S >= thr, S, -np.inf)
+        W = np.exp(S - S.max(1, keepdims=True))
+        W /= W.sum(1, keepdims=True)
+        out[a:a + chunk] = W @ bank.E
+    return l2n(out)
+
+
+class RetrievalCaptioner:
+    """Image embeddings -> top-k bank captions, through one rotation into the bank's text space."""
+
+    def __init__(self, bank: CaptionBank, rotation=None):
+        self.bank = bank
+        self.rotation = rotation or Identity()
+
+    def queries(self, X: np.ndarray) -> np.ndarray:
+        """(N, D_img) -> (N, D_text) text-space points."""
+        return to_text_space(self.rotation, X, self.bank.dim)
+
+    def caption(self, X: np.ndarray, top_k: int = 5) -> list[list[dict]]:
+        """For each row of X, ``[{"caption", "score"}, ...]`` best first."""
+        idx, sc = retrieve(self.queries(X), self.bank, top_k)
+        return [[{"caption": self.bank.texts[j], "score": float(s)} for j, s in zip(r, q)] for r, q in zip(idx, sc)]

@@ -1,0 +1,95 @@
+"""The results table for the README: every captioner x rotation on the embedded Tux Paint test split, the
+text-only ceiling, and zero-shot accuracy, as Markdown and JSON (written atomically)."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from captioner.paths import atomic_write_bytes, atomic_write_json
+
+ROTATION_LABELS = {
+    "paired": "paired Procrustes (train pairs)",
+    "pairfree": "pair-free match (no pairs)",
+    "ridge": "ridge map (train pairs; least-squares reference)",
+    "random": "random rotation (floor)",
+    "text": "text-only ceiling (reference caption embedding as query)",
+}
+CAPTIONER_LABELS = {"retrieval": "retrieval", "decoder": "projection + decoder"}
+
+
+def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = True,
+                 rotations=("paired", "pairfree", "ridge", "random", "text"),
+                 captioners=("retrieval", "decoder"), zeroshot_modes=("paired", "pairfree", "cluster", "ridge", "random"),
+                 ) -> dict:
+    """Run the evaluations and write ``report.md`` and ``report.json`` under ``out_dir``.
+
+    Returns {"markdown": str, "json": dict, "files": {"markdown", "json"}}.
+    """
+    import sys
+
+    from eval.coco import evaluate
+    from eval.zeroshot import evaluate_zeroshot
+
+    out_dir = Path(out_dir)
+    t0 = time.time()
+    rows = []
+    for cap in captioners:
+        for rot in rotations:
+            if progress:
+                print(f"[report] {cap} / {rot}", file=sys.stderr, flush=True)
+            r = evaluate(pipe, test_set, rotation=rot, captioner=cap, meteor=meteor,
+                         out_dir=out_dir / "runs" / f"{cap}-{rot}")
+            rows.append(r)
+    zs = []
+    for mode in zeroshot_modes:
+        if progress:
+            print(f"[report] zero-shot {mode}", file=sys.stderr, flush=True)
+        zs.append(evaluate_zeroshot(pipe, "tuxpaint", mode))
+    pf = pipe.rotation("pairfree").meta.get("pairfree", {})
+    data = {
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "seconds": round(time.time() - t0, 1),
+        "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder,
+        "test_set": f"{test_set.name}/{test_set.split}", "n_test_images": len(test_set), "bank_size": len(pipe.bank()),
+        "decoder": {"preset": pipe.decoder_preset, "beam": pipe.beam, "input": pipe.decode_input,
+                    "temperature": pipe.temperature},
+        "pairfree_match": pf,
+        "scales": "BLEU/METEOR/ROUGE-L/SPICE: 0-1 in JSON, x100 in the table; CIDEr: 'CIDEr' on pycocoevalcap's "
+                  "0-10 scale, 'CIDEr_x100' on the papers' scale",
+        "captioning": [{k: r[k] for k in ("name", "captioner", "rotation", "metrics", "bank_size", "n_skipped")}
+                       for r in rows],
+        "zeroshot": zs,
+    }
+    md = format_markdown(data)
+    atomic_write_json(out_dir / "report.json", data)
+    atomic_write_bytes(out_dir / "report.md", md.encode())
+    return {"markdown": md, "json": data, "files": {"markdown": str(out_dir / "report.md"),
+                                                     "json": str(out_dir / "report.json")}}
+
+
+def format_markdown(data: dict) -> str:
+    def pct(v):
+        return "-" if v is None else f"{100 * v:.1f}"
+
+    lines = [f"## Results on {data['test_set']} ({data['n_test_images']} images; bank: {data['bank_size']} train "
+             f"captions; {data['image_encoder']} -> {data['text_encoder']})", "",
+             "Captioning (BLEU, METEOR, ROUGE-L x100; CIDEr on pycocoevalcap's 0-10 scale and x100 as in papers; "
+             "one reference caption per image):", "",
+             "| captioner | rotation | B@1 | B@4 | METEOR | ROUGE-L | CIDEr (0-10) | CIDEr (x100) |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in data["captioning"]:
+        m = r["metrics"]
+        lines.append(f"| {CAPTIONER_LABELS.get(r['captioner'], r['captioner'])} | "
+                     f"{ROTATION_LABELS.get(r['rotation'], r['rotation'])} | {pct(m['BLEU-1'])} | {pct(m['BLEU-4'])} | "
+                     f"{pct(m.get('METEOR'))} | {pct(m['ROUGE-L'])} | {m['CIDEr']:.3f} | {m['CIDEr_x100']:.1f} |")
+    notes = sorted({n for r in data["captioning"] for n in r["metrics"].get("notes", [])})
+    lines += [""] + [f"Note: {n}." for n in notes]
+    lines += ["", "Zero-shot classification of the Tux Paint categories (80 ImageNet templates per class, mean "
+              "embedding renormalised):", "",
+              "| mode | pairs used | top-1 % | top-5 % | chance top-1 % | majority class % |", "|---|---|---|---|---|---|"]
+    for z in data["zeroshot"]:
+        lines.append(f"| {z['mode']} | {z['pairing']} | {pct(z['top1'])} | {pct(z['top5'])} | "
+                     f"{pct(z['chance_top1'])} | {pct(z['majority_top1'])} |")
+    d = data["decoder"]
+    lines += ["", f"Decoder: preset {d['preset']}, beam {d['beam']}, input = {d['input']} (temperature "
+              f"{d['temperature']}). Reproduce: `captioner report` ({data['seconds']:.0f} s here)."]
+    return "\n".join(lines) + "\n"
