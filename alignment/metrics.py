@@ -47,8 +47,10 @@ def l2_normalize(X) -> np.ndarray:
     return X / np.maximum(n, 1e-12)
 
 
-def _prepare(X, Y, normalize=True, clamp=None, min_rows=2):
-    X, Y = check_pair(X, Y, min_rows=min_rows, dtype=np.float64)
+def _prepare(X, Y, normalize=True, clamp=None, min_rows=2, what=""):
+    X, Y = check_pair(X, Y, dtype=np.float64)
+    if X.shape[0] < min_rows:
+        raise AlignmentError(f"{what or 'this metric'} needs at least {min_rows} rows, got {X.shape[0]}")
     if clamp is not None:
         X, Y = clamp_outliers(X, clamp), clamp_outliers(Y, clamp)
     if normalize:
@@ -81,7 +83,8 @@ def mutual_knn(X, Y, k: int = 10, normalize: bool = True, clamp: float | None = 
 
     X : (N, D1), Y : (N, D2) paired rows; N > k. Returns a value in [0, 1]; chance is about k / (N - 1).
     """
-    X, Y = _prepare(X, Y, normalize, clamp, min_rows=k + 1)
+    X, Y = _prepare(X, Y, normalize, clamp, min_rows=k + 1,
+                    what=f"mutual_knn with k={k} (neighbours exclude the row itself)")
     return float(_overlap(knn_indices(X, k), knn_indices(Y, k)).mean() / k)
 
 
@@ -143,7 +146,8 @@ def cka(X, Y, unbiased: bool = False, kernel: str = "linear", rbf_sigma: float =
     X : (N, D1), Y : (N, D2) paired rows. ``kernel``: "linear" (inner product, computed in feature space) or
     "rbf" (exp(-||a - b||^2 / (2 sigma^2)), N x N). Invariant to rotations and isotropic scaling of either side.
     """
-    X, Y = _prepare(X, Y, normalize, clamp, min_rows=4 if unbiased else 2)
+    X, Y = _prepare(X, Y, normalize, clamp, min_rows=4 if unbiased else 2,
+                    what="unbiased CKA" if unbiased else "CKA")
     if kernel == "linear":
         kl, kk, ll = _linear_hsic(X, Y, unbiased), _linear_hsic(X, X, unbiased), _linear_hsic(Y, Y, unbiased)
     elif kernel == "rbf":
@@ -178,7 +182,7 @@ def cknna(X, Y, k: int = 10, normalize: bool = True, clamp: float | None = None)
 
     if k < 2:
         raise AlignmentError("CKNNA needs k >= 2")
-    X, Y = _prepare(X, Y, normalize, clamp, min_rows=max(k + 1, 4))
+    X, Y = _prepare(X, Y, normalize, clamp, min_rows=max(k + 1, 4), what=f"cknna with k={k}")
     n = X.shape[0]
     nx, ny = knn_indices(X, k), knn_indices(Y, k)
     rows = np.repeat(np.arange(n), k)
@@ -205,7 +209,7 @@ def svcca(X, Y, cca_dim: int = 10, normalize: bool = True, clamp: float | None =
     """SVCCA (Raghu et al. 2017; PRH ``svcca``): standardise each feature, keep the top ``cca_dim`` left
     singular vectors of each side, return the mean canonical correlation between them (exact: the singular
     values of U_X^T U_Y). X : (N, D1), Y : (N, D2) with N > cca_dim and D >= cca_dim."""
-    X, Y = _prepare(X, Y, normalize, clamp, min_rows=cca_dim + 1)
+    X, Y = _prepare(X, Y, normalize, clamp, min_rows=cca_dim + 1, what=f"svcca with cca_dim={cca_dim}")
     if min(X.shape[1], Y.shape[1]) < cca_dim:
         raise AlignmentError(f"svcca with cca_dim={cca_dim} needs at least {cca_dim} features per side, got "
                              f"{X.shape[1]} and {Y.shape[1]}")

@@ -29,7 +29,7 @@ from captioner.errors import BadImageError, CaptionerError  # noqa: E402
 log = logging.getLogger(__name__)
 
 TUXPAINT_STAMPS = Path("/usr/share/tuxpaint/stamps")
-# One stamp from each of these categories makes an example (the rest are samples the encoders saw less of).
+# One held-out stamp from each of these categories becomes an example.
 EXAMPLE_STAMP_CATEGORIES = ("animals", "food", "vehicles", "plants", "space", "sports")
 EXAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "motorcycle_left")
 
@@ -60,7 +60,7 @@ class DemoInputError(CaptionerError):
 def example_images(n_photos: int = len(EXAMPLE_PHOTOS), stamps_root: Path = TUXPAINT_STAMPS) -> list[str]:
     """Paths of the example images: scikit-image sample photos (saved once as PNG under
     ``$CAPTIONER_HOME/sample-photos``) and one Tux Paint stamp per category in
-    :data:`EXAMPLE_STAMP_CATEGORIES` (when the stamps are installed)."""
+    :data:`EXAMPLE_STAMP_CATEGORIES`, taken from the test split (when the stamps are installed)."""
     out: list[str] = []
     try:
         from captioner.datasets import samples
@@ -69,11 +69,19 @@ def example_images(n_photos: int = len(EXAMPLE_PHOTOS), stamps_root: Path = TUXP
         out += [str(by_id[n]) for n in EXAMPLE_PHOTOS[:n_photos] if n in by_id]
     except (CaptionerError, OSError) as e:  # scikit-image missing or home not writable: stamps only
         log.warning("no sample photos for the demo examples: %s", e)
-    for cat in EXAMPLE_STAMP_CATEGORIES:
-        pngs = sorted(p for p in (stamps_root / cat).rglob("*.png") if not p.stem.endswith("_mirror")) \
-            if (stamps_root / cat).is_dir() else []
-        if pngs:
-            out.append(str(pngs[0]))
+    if stamps_root.is_dir():
+        from captioner.datasets import tuxpaint
+
+        try:
+            # Held-out stamps: their captions are not in the bank, so the demo shows what a user would get.
+            test = tuxpaint("test", root=stamps_root).samples
+        except CaptionerError as e:
+            log.warning("no Tux Paint examples: %s", e)
+            test = []
+        for cat in EXAMPLE_STAMP_CATEGORIES:
+            first = next((s for s in test if s.label == cat), None)
+            if first is not None:
+                out.append(str(first.source))
     return out
 
 
@@ -246,9 +254,13 @@ class DemoHandlers:
     factory
         ``factory(image_encoder, text_encoder) -> pipeline`` for another encoder pair; default: the
         pipeline's own class with the same device.
+    notify
+        ``notify(message)`` for news worth a toast (the page sets ``gr.Info``); default: the log.
     """
 
-    def __init__(self, pipeline, factory: Callable[[str, str], Any] | None = None):
+    def __init__(self, pipeline, factory: Callable[[str, str], Any] | None = None,
+                 notify: Callable[[str], None] | None = None):
+        self.notify = notify or log.info
         self.default_pair = (_encoder_name(pipeline, "image", "efficientnet-lite0"),
                              _encoder_name(pipeline, "text", "minilm-l6"))
         if factory is None:
@@ -267,7 +279,10 @@ class DemoHandlers:
 
     # -- pipelines -------------------------------------------------------------------------------------
     def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):
-        """The (cached) pipeline for an encoder pair and its lock; builds and warms it on first use."""
+        """The (cached) pipeline for an encoder pair and its lock, built on first use.
+
+        A new pair is not warmed up: each request builds only what it needs (bank and rotation for
+        retrieval; the decoder, trained on first use, only when decoding)."""
         key = (image_encoder or self.default_pair[0], text_encoder or self.default_pair[1])
         if key in self._pipelines:
             return self._pipelines[key], self._locks[key]
@@ -277,9 +292,10 @@ class DemoHandlers:
                 raise DemoInputError(f"unknown encoder {name!r}; pick one from the list")
         with self._build_lock:  # two requests for a new pair build it once
             if key not in self._pipelines:
+                self.notify(f"first use of {key[0]} + {key[1]}: embedding the train set and fitting the "
+                            "rotation (this can take minutes on a CPU)")
                 try:
                     p = self.factory(*key)
-                    p.warmup()
                 except CaptionerError as e:
                     raise DemoInputError(f"cannot use {key[0]} + {key[1]}: {e}") from None
                 self._pipelines[key] = p
@@ -376,9 +392,10 @@ class DemoHandlers:
             rows = []
             for name, m in rep.get("metrics", {}).items():
                 std = float(m.get("null_std") or 0.0)
-                z = (float(m["score"]) - float(m["null_mean"])) / std if std > 0 else float("nan")
+                # a null with no spread has no z (None, not NaN: NaN is not JSON)
+                z = round((float(m["score"]) - float(m["null_mean"])) / std, 1) if std > 0 else None
                 rows.append([name, round(float(m["score"]), 4), round(float(m["null_mean"]), 4),
-                             round(std, 4), round(z, 1)])
+                             round(std, 4), z])
             plot = rep.get("scaling_plot")
             plot = str(plot) if plot and Path(plot).is_file() else None
             summary = (f"{rep.get('image_encoder', key[0])} vs {rep.get('text_encoder', key[1])}: "
@@ -470,7 +487,7 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
 
     if warmup:
         pipeline.warmup()
-    h = DemoHandlers(pipeline, factory)
+    h = DemoHandlers(pipeline, factory, notify=lambda msg: gr.Info(html.escape(msg), duration=15))
     examples = example_images() if examples is None else examples
     sets = label_sets()
     first_set = next(iter(sets))

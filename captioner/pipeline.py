@@ -60,7 +60,8 @@ class Pipeline:
     train_set : CaptionDataset whose image-caption pairs fit the paired maps and whose captions make the
         bank (default: Tux Paint train).
     exclude : captions the bank and the decoder corpus must not contain (default: Tux Paint test).
-    decoder_preset : ``captioner.decoder.PRESETS`` name for the decoder trained on first use.
+    decoder_preset : ``captioner.decoder.PRESETS`` name for the decoder trained on first use;
+        ``decoder_overrides`` changes single settings of it (e.g. ``{"steps": 300}``).
     decoder_corpus : "default" (bank + Tux Paint val + emoji names + CuPL) or "bank" (the bank only).
     rotation_files : {"paired": path, ...} saved maps to use instead of fitting (checked against the
         encoders; a map fitted for others is refused).
@@ -75,7 +76,7 @@ class Pipeline:
                  device: str = "cpu", progress: bool = True, *, train_set=None, exclude=None,
                  decoder_preset: str = "small", decoder_corpus: str = "default", rotation_files: dict | None = None,
                  beam: int = 3, decode_input: str = "projection", temperature: float = 0.01,
-                 pairfree_max: int = 2000, n_cupl: int = 4000):
+                 pairfree_max: int = 2000, n_cupl: int = 4000, decoder_overrides: dict | None = None):
         if decode_input not in ("projection", "rotation"):
             raise CaptionerError(f"decode_input must be 'projection' or 'rotation', not {decode_input!r}")
         self.image_encoder = image_encoder
@@ -83,6 +84,7 @@ class Pipeline:
         self.device = device
         self.progress = progress
         self.decoder_preset = decoder_preset
+        self.decoder_overrides = dict(decoder_overrides or {})
         self.decoder_corpus_kind = decoder_corpus
         self.rotation_files = dict(rotation_files or {})
         self.beam = beam
@@ -296,10 +298,11 @@ class Pipeline:
                     merged = bank_from_arrays(list(b.texts) + list(texts), np.concatenate([b.E, E]),
                                               enc.fingerprint(), exclude=self.exclude)
                     texts, E = merged.texts, merged.E
-            mcfg, tcfg = preset(self.decoder_preset)
+            mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
             from captioner.decoder import corpus_hash
 
-            key = _hash({"preset": self.decoder_preset, "corpus": corpus_hash(texts, E),
+            key = _hash({"preset": self.decoder_preset, "overrides": self.decoder_overrides,
+                         "corpus": corpus_hash(texts, E),
                          "txt": enc.fingerprint()})
             path = subdir("checkpoints") / f"decoder-{_slug(self.text_encoder)}-{self.decoder_preset}-{key}.pt"
             if not path.exists() or not _complete(path):

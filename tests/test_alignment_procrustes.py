@@ -8,8 +8,17 @@ import pytest
 import scipy.linalg
 
 from alignment.errors import AlignmentError, MismatchError
-from alignment.procrustes import (LinearMap, RidgeMap, Rotation, fit_procrustes, fit_random, fit_ridge,
-                                  load_map, orthogonal_procrustes, random_orthogonal)
+from alignment.procrustes import (
+    LinearMap,
+    RidgeMap,
+    Rotation,
+    fit_procrustes,
+    fit_random,
+    fit_ridge,
+    load_map,
+    orthogonal_procrustes,
+    random_orthogonal,
+)
 
 FP_IMG = {"name": "efficientnet-lite0", "modality": "image", "dim": 12, "pooling": "mean", "weights_hash": "aa"}
 FP_TXT = {"name": "minilm-l6", "modality": "text", "dim": 12, "pooling": "mean", "weights_hash": "bb"}

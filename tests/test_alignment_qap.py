@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from alignment.errors import AlignmentError
-from alignment.qap import brute_force_qap, centroid_similarity, faq_qap, match_classes, qap_objective
 from alignment.procrustes import random_orthogonal
+from alignment.qap import brute_force_qap, centroid_similarity, faq_qap, match_classes, qap_objective
 
 
 def _planted(n, seed, noise=0.0):

@@ -149,15 +149,18 @@ def test_switching_encoders_builds_one_pipeline_per_pair_and_caches_it(pipe, tmp
         built.append((i, t))
         return FakePipeline(image_encoder=i, text_encoder=t)
 
-    h = DemoHandlers(pipe, factory)
+    news = []
+    h = DemoHandlers(pipe, factory, notify=news.append)
     assert h.default_pair == ("fake-image", "fake-text")
     assert "efficientnet-lite0" in h.image_choices and "minilm-l6" in h.text_choices
     red = solid(tmp_path / "r.png", (255, 0, 0))
     for _ in range(3):
         assert h.caption(red, "paired", "efficientnet-lite0", "fake-text")[3] == ""
     assert built == [("efficientnet-lite0", "fake-text")]
+    assert news == ["first use of efficientnet-lite0 + fake-text: embedding the train set and fitting the rotation "
+                    "(this can take minutes on a CPU)"]
     other, _ = h.pipeline("efficientnet-lite0", "fake-text")
-    assert other.warmed == 1 and other.calls["caption"] == 3 and pipe.calls["caption"] == 0
+    assert other.calls["caption"] == 3 and pipe.calls["caption"] == 0
     assert h.caption(red, "paired", None, None)[3] == "" and pipe.calls["caption"] == 1  # None: the default pair
 
 

@@ -36,6 +36,7 @@ class ImageConfig:
     arch: str = "cnn"              # "cnn" | "vit"
     image_size: int = 32
     channels: list = field(default_factory=lambda: [32, 64, 128])   # cnn: one stride-2 stage each
+    pool: str = "mean"             # cnn: "mean" (global average) | "flatten" (keeps where things are)
     patch: int = 4                 # vit
     dim: int = 64                  # vit width
     layers: int = 2                # vit
@@ -189,7 +190,8 @@ def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class CNNBackbone(nn.Module):
-    """Stride-2 conv stages (conv-GroupNorm-GELU x2 each), global average pool. (B, 3, H, W) -> (B, C)."""
+    """Stride-2 conv stages (conv-GroupNorm-GELU x2 each), then a global average pool (B, C) or the
+    flattened final map (B, C * H' * W'). (B, 3, H, W) -> (B, out_dim)."""
 
     def __init__(self, cfg: ImageConfig):
         super().__init__()
@@ -199,10 +201,18 @@ class CNNBackbone(nn.Module):
                        nn.Conv2d(c, c, 3, padding=1), nn.GroupNorm(8, c), nn.GELU()]
             c_in = c
         self.net = nn.Sequential(*layers)
-        self.out_dim = c_in
+        self.pool = cfg.pool
+        side = cfg.image_size // 2 ** len(cfg.channels)
+        if cfg.pool == "mean":
+            self.out_dim = c_in
+        elif cfg.pool == "flatten":
+            self.out_dim = c_in * side * side
+        else:
+            raise ValueError(f"cnn pool must be 'mean' or 'flatten', not {cfg.pool!r}")
 
     def forward(self, x):
-        return self.net(x).mean((2, 3))
+        h = self.net(x)                                               # (B, C, H', W')
+        return h.mean((2, 3)) if self.pool == "mean" else h.flatten(1)
 
 
 class ViTBackbone(nn.Module):

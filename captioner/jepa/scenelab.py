@@ -1,15 +1,19 @@
 """The scene lab: a controlled world where the claim "JEPAs with good views learn the same representation
 up to a rotation" can be checked end to end on a CPU.
 
-A latent scene is a set of objects (shape, colour, size, position on a 3 x 3 grid). It is *rendered* to a
-small image with PIL (position, size, colour shade, rotation and background jittered per render) and
-*described* by paraphrased template captions with synonyms ("a big red circle on the left", "on the left
-there is a large crimson disc", ...). The image JEPA sees two renders of one scene; the text JEPA two
-paraphrases; the next-token baseline reads a scene's captions as one document. Held-out scenes give
-(render, caption) pairs on which the two embedding spaces are compared.
+A latent scene is a set of objects, each with a shape (one of five) and four continuous attributes:
+horizontal and vertical position, size and hue (circular). Both modalities observe the latent through
+noise. A *render* (PIL, 32 px) draws each object at its attributes plus Gaussian jitter; a *caption*
+perceives the attributes plus noise of the same scale and names them with coarse words and synonyms
+("a big red circle on the far left near the top", "near the top, at the far left, there is a large
+crimson disc", ...). Two renders of one scene are the image JEPA's views, two captions the text JEPA's:
+the same latent kernel on both sides, which is what the theorem needs. The next-token baseline reads a
+scene's captions as one document. Held-out scenes give (render, caption) pairs on which the two
+embedding spaces are compared.
 """
 from __future__ import annotations
 
+import colorsys
 import itertools
 from dataclasses import asdict, dataclass, field
 
@@ -18,48 +22,38 @@ import numpy as np
 SHAPES = {"circle": ["circle", "disc", "round dot"], "square": ["square", "box", "square block"],
           "triangle": ["triangle", "triangular shape"], "cross": ["cross", "plus sign"],
           "diamond": ["diamond", "rhombus"]}
-COLOURS = {"red": ((215, 35, 35), ["red", "crimson"]), "green": ((35, 160, 55), ["green", "grass-green"]),
-           "blue": ((40, 75, 215), ["blue", "navy"]), "yellow": ((235, 200, 25), ["yellow", "golden"]),
-           "purple": ((135, 55, 175), ["purple", "violet"]), "orange": ((240, 130, 25), ["orange", "amber"])}
-SIZES = {"small": (0.10, ["small", "little", "tiny"]), "medium": (0.15, ["medium", "medium-sized", "mid-sized"]),
-         "large": (0.21, ["large", "big", "huge"])}
-HPOS = {"left": 0.22, "center": 0.5, "right": 0.78}
-VPOS = {"top": 0.22, "middle": 0.5, "bottom": 0.78}
-
-
-def _where(h: str, v: str, rng) -> str:
-    """A phrase for a grid cell, drawn from its paraphrases."""
-    if (h, v) == ("center", "middle"):
-        opts = ["in the middle", "in the centre", "at the center of the picture"]
-    elif v == "middle":
-        opts = [f"on the {h}", f"at the {h} side", f"on the {h} side of the picture"]
-    elif h == "center":
-        opts = [f"at the {v}", f"near the {v}", f"at the {v} of the picture"]
-    else:
-        up = {"top": "upper", "bottom": "lower"}[v]
-        opts = [f"in the {v} {h} corner", f"at the {up} {h}", f"in the {up} {h} corner"]
-    return opts[rng.integers(len(opts))]
-
+# hue bins centred on k/6 of the colour circle
+HUES = [["red", "crimson"], ["yellow", "golden"], ["green", "emerald"], ["cyan", "turquoise"],
+        ["blue", "azure"], ["magenta", "purple"]]
+SIZES = [["tiny", "very small"], ["small", "little"], ["large", "big"], ["huge", "very big"]]
+XPOS = [["at the far left", "at the left edge"], ["on the left", "left of centre"],
+        ["in the centre", "at the horizontal centre"], ["on the right", "right of centre"],
+        ["at the far right", "at the right edge"]]
+YPOS = [["at the very top", "along the top edge"], ["near the top", "in the upper part"],
+        ["halfway up", "at mid height"], ["near the bottom", "in the lower part"],
+        ["at the very bottom", "along the bottom edge"]]
+NOISE = {"x": 0.05, "y": 0.05, "size": 0.06, "hue": 0.03}   # observation noise, in latent units, both sides
+RADIUS = (0.07, 0.2)                                          # object radius (fraction of the side) at size 0, 1
+MARGIN = 0.14
 
 TEMPLATES = [
-    "a {size} {colour} {shape} {where}",
-    "{where} there is a {size} {colour} {shape}",
-    "{where}, a {colour} {shape} that is {size}",
-    "the picture shows a {size} {colour} {shape} {where}",
-    "{where} you can see a {size} {colour} {shape}",
-    "there is a {colour} {shape} {where} and it is {size}",
-    "a {shape}, {colour} and {size}, {where}",
-    "one {size} {shape} coloured {colour} {where}",
+    "a {size} {colour} {shape} {x} {y}",
+    "{y}, {x}, there is a {size} {colour} {shape}",
+    "{x} and {y} you can see a {colour} {shape} that is {size}",
+    "the picture shows a {size} {colour} {shape} {y} {x}",
+    "there is a {colour} {shape} {x}, {y}, and it is {size}",
+    "a {shape}, {colour} and {size}, {y} {x}",
+    "one {size} {shape} coloured {colour}, {x} {y}",
 ]
 
 
 @dataclass(frozen=True)
 class Obj:
     shape: str
-    colour: str
-    size: str
-    h: str
-    v: str
+    hue: float    # [0, 1), circular
+    size: float   # [0, 1]
+    x: float      # [0, 1], left to right
+    y: float      # [0, 1], top to bottom
 
 
 @dataclass(frozen=True)
@@ -67,58 +61,56 @@ class Scene:
     objects: tuple
 
     def key(self) -> str:
-        return "|".join(f"{o.size}-{o.colour}-{o.shape}-{o.v}-{o.h}" for o in sorted(self.objects, key=_cell))
+        return "|".join(f"{o.shape}-{o.hue:.3f}-{o.size:.3f}-{o.x:.3f}-{o.y:.3f}" for o in self.objects)
 
     def to_dict(self) -> dict:
         return {"objects": [asdict(o) for o in self.objects]}
 
 
-def _cell(o: Obj):
-    return (list(VPOS).index(o.v), list(HPOS).index(o.h))
-
-
-def all_objects() -> list[Obj]:
-    return [Obj(*t) for t in itertools.product(SHAPES, COLOURS, SIZES, HPOS, VPOS)]
-
-
-def sample_scenes(n: int, seed: int = 0, n_objects: int = 1, distinct: bool = False) -> list[Scene]:
-    """``n`` random scenes of ``n_objects`` objects in distinct grid cells; ``distinct`` = no two alike."""
+def sample_scenes(n: int, seed: int = 0, n_objects: int = 1) -> list[Scene]:
+    """``n`` random scenes; with several objects, they sit in distinct thirds of the picture so that
+    "on the left" stays meaningful. (Continuous latents: no two scenes are alike.)"""
     rng = np.random.default_rng(seed)
-    shapes, colours, sizes, cells = list(SHAPES), list(COLOURS), list(SIZES), list(itertools.product(HPOS, VPOS))
-    out, seen = [], set()
-    tries = 0
-    while len(out) < n:
-        tries += 1
-        if tries > 100 * n + 1000:
-            raise ValueError(f"cannot draw {n} distinct scenes of {n_objects} object(s)")
-        pick = rng.choice(len(cells), size=n_objects, replace=False)
-        objs = tuple(Obj(shapes[rng.integers(5)], colours[rng.integers(6)], sizes[rng.integers(3)], *cells[c])
-                     for c in pick)
-        sc = Scene(objs)
-        if distinct:
-            if sc.key() in seen:
-                continue
-            seen.add(sc.key())
-        out.append(sc)
+    shapes = list(SHAPES)
+    out = []
+    for _ in range(n):
+        objs = []
+        cols = rng.permutation(3)[:n_objects] if n_objects > 1 else [None]
+        for c in cols:
+            x = rng.uniform(0, 1) if c is None else (c + rng.uniform(0.1, 0.9)) / 3
+            objs.append(Obj(shapes[rng.integers(len(shapes))], float(rng.uniform(0, 1)), float(rng.uniform(0, 1)),
+                            float(x), float(rng.uniform(0, 1))))
+        out.append(Scene(tuple(objs)))
     return out
 
 
+def _bin(v: float, n: int) -> int:
+    return int(np.clip(np.floor(v * n), 0, n - 1))
+
+
 def describe(scene: Scene, seed: int = 0) -> str:
-    """One paraphrased caption of ``scene``; the template, synonyms and object order depend on ``seed``."""
+    """One caption of ``scene``: attributes perceived with noise (``NOISE``), named by coarse words with
+    synonyms; template, synonyms, noise and object order all depend on ``seed``."""
     rng = np.random.default_rng(seed)
     parts = []
     for k in rng.permutation(len(scene.objects)):
         o = scene.objects[k]
+        hue = (o.hue + rng.normal(0, NOISE["hue"])) % 1.0
+        words = {
+            "colour": HUES[int(np.floor(hue * 6 + 0.5)) % 6],
+            "size": SIZES[_bin(o.size + rng.normal(0, NOISE["size"]), 4)],
+            "x": XPOS[_bin(o.x + rng.normal(0, NOISE["x"]), 5)],
+            "y": YPOS[_bin(o.y + rng.normal(0, NOISE["y"]), 5)],
+            "shape": SHAPES[o.shape],
+        }
         t = TEMPLATES[rng.integers(len(TEMPLATES))]
-        syn = SHAPES[o.shape]
-        parts.append(t.format(size=SIZES[o.size][1][rng.integers(3)], colour=COLOURS[o.colour][1][rng.integers(2)],
-                              shape=syn[rng.integers(len(syn))], where=_where(o.h, o.v, rng)))
+        parts.append(t.format(**{k: v[rng.integers(len(v))] for k, v in words.items()}))
     s = " and ".join(parts)
     return s[0].upper() + s[1:] + "."
 
 
 def captions(scene: Scene, n: int, seed: int = 0) -> list[str]:
-    """``n`` distinct paraphrases (fewer only if the scene has fewer)."""
+    """``n`` distinct captions (fewer only if the scene's paraphrases run out)."""
     out, k = [], 0
     while len(out) < n and k < 50 * n:
         c = describe(scene, seed=seed * 100003 + k)
@@ -128,44 +120,49 @@ def captions(scene: Scene, n: int, seed: int = 0) -> list[str]:
     return out
 
 
+def _rgb(hue: float) -> tuple:
+    return tuple(int(255 * c) for c in colorsys.hsv_to_rgb(hue % 1.0, 0.85, 0.9))
+
+
 def render(scene: Scene, size: int = 32, seed: int = 0, jitter: bool = True, supersample: int = 4):
     """Render ``scene`` to an RGB PIL image ``size`` x ``size``; deterministic given ``seed``.
 
-    Jitter (per render): position +-6% of the side, size +-12%, colour shade +-18 per channel, rotation
-    +-15 degrees, background grey level and noise."""
+    Per render: each attribute is drawn at its value plus Gaussian noise (``NOISE``, the captions' noise),
+    rotation +-15 degrees, background grey level and pixel noise."""
     from PIL import Image, ImageDraw
 
     rng = np.random.default_rng(seed)
     s = size * supersample
-    bg = int(235 + (rng.integers(-15, 16) if jitter else 0))
+    bg = int(225 + (rng.integers(-15, 16) if jitter else 0))
     im = Image.new("RGB", (s, s), (bg, bg, bg))
     d = ImageDraw.Draw(im)
     for o in scene.objects:
-        j = (lambda a: rng.uniform(-a, a)) if jitter else (lambda a: 0.0)
-        cx = (HPOS[o.h] + j(0.06)) * s
-        cy = (VPOS[o.v] + j(0.06)) * s
-        r = SIZES[o.size][0] * (1 + j(0.12)) * s
-        col = tuple(int(np.clip(c + j(18), 0, 255)) for c in COLOURS[o.colour][0])
-        rot = np.deg2rad(j(15))
+        def j(key):
+            return rng.normal(0, NOISE[key]) if jitter else 0.0
+
+        x = float(np.clip(o.x + j("x"), 0, 1))
+        y = float(np.clip(o.y + j("y"), 0, 1))
+        cx = (MARGIN + (1 - 2 * MARGIN) * x) * s
+        cy = (MARGIN + (1 - 2 * MARGIN) * y) * s
+        r = (RADIUS[0] + (RADIUS[1] - RADIUS[0]) * float(np.clip(o.size + j("size"), 0, 1))) * s
+        col = _rgb(o.hue + j("hue"))
+        rot = np.deg2rad(rng.uniform(-15, 15) if jitter else 0.0)
         if o.shape == "circle":
             d.ellipse([cx - r, cy - r, cx + r, cy + r], fill=col)
             continue
         if o.shape == "square":
-            pts = [(-1, -1), (1, -1), (1, 1), (-1, 1)]
-            k = 0.85
+            pts, k = [(-1, -1), (1, -1), (1, 1), (-1, 1)], 0.85
         elif o.shape == "triangle":
-            pts = [(0, -1.1), (1.05, 0.8), (-1.05, 0.8)]
-            k = 1.0
+            pts, k = [(0, -1.1), (1.05, 0.8), (-1.05, 0.8)], 1.0
         elif o.shape == "diamond":
-            pts = [(0, -1.2), (0.8, 0), (0, 1.2), (-0.8, 0)]
-            k = 1.0
+            pts, k = [(0, -1.2), (0.8, 0), (0, 1.2), (-0.8, 0)], 1.0
         else:  # cross
             a, b = 1.0, 0.33
             pts = [(-b, -a), (b, -a), (b, -b), (a, -b), (a, b), (b, b), (b, a), (-b, a), (-b, b), (-a, b),
                    (-a, -b), (-b, -b)]
             k = 1.0
         c, sn = np.cos(rot), np.sin(rot)
-        d.polygon([(cx + k * r * (x * c - y * sn), cy + k * r * (x * sn + y * c)) for x, y in pts], fill=col)
+        d.polygon([(cx + k * r * (px * c - py * sn), cy + k * r * (px * sn + py * c)) for px, py in pts], fill=col)
     im = im.resize((size, size), Image.LANCZOS)
     if jitter:
         a = np.asarray(im, dtype=np.float32) + rng.normal(0, 4.0, (size, size, 3))
@@ -174,7 +171,7 @@ def render(scene: Scene, size: int = 32, seed: int = 0, jitter: bool = True, sup
 
 
 def text_corpus(n_scenes: int = 2000, seed: int = 0, n_captions: int = 6, n_objects: int = 1):
-    """Views corpus: ``n_scenes`` random scenes, each with ``n_captions`` paraphrases."""
+    """Views corpus: ``n_scenes`` random scenes, each with ``n_captions`` captions."""
     from captioner.jepa.views import ViewsCorpus
 
     scenes = sample_scenes(n_scenes, seed=seed, n_objects=n_objects)
@@ -208,60 +205,58 @@ class LabConfig:
     image_steps: int = 400
     text_steps: int = 400
     batch_size: int = 64
+    embed_dim: int = 16            # both JEPAs: few dimensions, filled by the latents' leading modes
     k: int = 10
     seed: int = 0
-    augment: dict = field(default_factory=lambda: {"crop_scale": [0.8, 1.0], "crop_ratio": [0.9, 1.11],
-                                                   "flip": False, "brightness": 0.2, "contrast": 0.2,
-                                                   "saturation": 0.1, "hue": False, "noise": 0.02})
+    # the renders already carry the observation noise; augmentations here must not move, flip or
+    # recolour the object (that would erase what the captions say)
+    augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
+                                                   "flip": False, "brightness": 0.1, "contrast": 0.1,
+                                                   "saturation": 0.0, "hue": False, "noise": 0.02})
 
 
 def test_pairs(cfg: LabConfig, image_size: int):
-    """Held-out (render, caption) pairs of distinct scenes, drawn apart from the training seed."""
-    scenes = sample_scenes(cfg.n_test, seed=cfg.seed + 10_000, n_objects=cfg.n_objects, distinct=True)
+    """Held-out (render, caption) pairs: new scenes, renders and captions, apart from the training seeds."""
+    scenes = sample_scenes(cfg.n_test, seed=cfg.seed + 10_000, n_objects=cfg.n_objects)
     ims = [render(sc, image_size, seed=900_000 + i) for i, sc in enumerate(scenes)]
     caps = [describe(sc, seed=700_000 + i) for i, sc in enumerate(scenes)]
     return scenes, ims, caps
 
 
 def latent_features(scenes: list[Scene]) -> np.ndarray:
-    """The ground truth as features: one-hot shape/colour/size + (x, y) per grid cell. (N, 9 * 15)."""
-    cells = list(itertools.product(VPOS, HPOS))
-    dim = len(SHAPES) + len(COLOURS) + len(SIZES) + 1
-    out = np.zeros((len(scenes), len(cells) * dim), np.float32)
-    for i, sc in enumerate(scenes):
+    """The ground truth as features, per object slot: x, y, size, (cos, sin) of the hue and a one-hot
+    shape, each block scaled to unit variance under the prior. (N, n_objects * 10)."""
+    rows = []
+    for sc in scenes:
+        r = []
         for o in sc.objects:
-            c = cells.index((o.v, o.h)) * dim
-            out[i, c + list(SHAPES).index(o.shape)] = 1
-            out[i, c + 5 + list(COLOURS).index(o.colour)] = 1
-            out[i, c + 11 + list(SIZES).index(o.size)] = 1
-            out[i, c + 14] = 1
-    return out
+            onehot = [float(o.shape == s) for s in SHAPES]
+            r += [(o.x - 0.5) * 3.46, (o.y - 0.5) * 3.46, (o.size - 0.5) * 3.46,
+                  np.cos(2 * np.pi * o.hue) * 1.41, np.sin(2 * np.pi * o.hue) * 1.41]
+            r += [(v - 0.2) * 2.5 for v in onehot]
+        rows.append(r)
+    return np.asarray(rows, np.float32)
 
 
 def procrustes_residual(X: np.ndarray, Y: np.ndarray, fit_frac: float = 0.5, seed: int = 0) -> float:
-    """Held-out relative residual of the best rotation (+ scale) from X to Y.
+    """Held-out relative residual of the best rotation + scale from X to Y (alignment.procrustes).
 
-    Both sides are centred, scaled to unit RMS norm on the fit half, and zero-padded to a common width;
-    ``R = U V^T`` from the SVD of ``X_fit^T Y_fit``, scale ``s = tr(S) / ||X_fit||^2``. Returns
-    ``||s X_ev R - Y_ev||^2 / ||Y_ev||^2`` on the other half: 0 = the same space up to a rotation,
-    about 1 = unrelated.
+    The rotation (with each side's top principal axes when the widths differ) and the scale are fitted
+    on a random ``fit_frac`` of the pairs; returns ``||T(X_ev) - Y_ev||^2 / ||Y_ev - mean(Y_fit)||^2`` on
+    the rest: 0 = the same space up to a rotation, about 1 = unrelated (1 - held-out R^2).
     """
-    n = len(X)
-    perm = np.random.default_rng(seed).permutation(n)
-    fi, ev = perm[: int(n * fit_frac)], perm[int(n * fit_frac):]
+    from alignment.procrustes import fit_procrustes
+
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y, np.float64)
-    d = max(X.shape[1], Y.shape[1])
-    X = np.pad(X, ((0, 0), (0, d - X.shape[1])))
-    Y = np.pad(Y, ((0, 0), (0, d - Y.shape[1])))
-    mx, my = X[fi].mean(0), Y[fi].mean(0)
-    X, Y = X - mx, Y - my
-    X /= np.sqrt((X[fi] ** 2).sum(1).mean())
-    Y /= np.sqrt((Y[fi] ** 2).sum(1).mean())
-    u, s, vt = np.linalg.svd(X[fi].T @ Y[fi])
-    R = u @ vt
-    scale = s.sum() / (X[fi] ** 2).sum()
-    return float(((scale * X[ev] @ R - Y[ev]) ** 2).sum() / (Y[ev] ** 2).sum())
+    # equal footing: each side at unit RMS row norm, so that the fitted scale is comparable across runs
+    X = (X - X.mean(0)) / np.sqrt(((X - X.mean(0)) ** 2).sum(1).mean())
+    Y = (Y - Y.mean(0)) / np.sqrt(((Y - Y.mean(0)) ** 2).sum(1).mean())
+    perm = np.random.default_rng(seed).permutation(len(X))
+    fi, ev = perm[: int(len(X) * fit_frac)], perm[int(len(X) * fit_frac):]
+    rot = fit_procrustes(X[fi], Y[fi], center=True, scale=True)
+    pred = rot.transform(X[ev])
+    return float(((pred - Y[ev]) ** 2).sum() / ((Y[ev] - Y[fi].mean(0)) ** 2).sum())
 
 
 def mutual_knn(X, Y, k: int = 10) -> float:
@@ -307,7 +302,8 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
-                        save_every=steps, **over)
+                        save_every=steps, text={"embed_dim": cfg.embed_dim}, image={"embed_dim": cfg.embed_dim},
+                        **over)
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
         summary = train(tc, out, resume=True, data=data, progress=progress)

@@ -1,0 +1,131 @@
+"""``captioner align fit|score|bench`` end to end on tiny synthetic caches."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from alignment.errors import MismatchError
+from alignment.procrustes import Rotation, random_orthogonal
+from captioner.cli import cli
+from captioner.errors import CacheMismatchError, CaptionerError
+
+N, D = 150, 16
+
+
+def _write_cache(path, X, ids, sample_ids, encoder, modality, texts=None):
+    """A cache in captioner.cache's on-disk format (safetensors array + JSON sidecar)."""
+    from safetensors.numpy import save_file
+
+    save_file({"X": np.ascontiguousarray(X, dtype=np.float32)}, str(path))
+    meta = {"format": 1, "key": f"k-{modality}", "encoder": encoder, "dataset": "synthetic", "split": "train",
+            "modality": modality, "N": len(X), "D": X.shape[1], "ids": ids, "sample_ids": sample_ids,
+            "skipped": [], "n_skipped": 0, "created": "2026-01-01T00:00:00"}
+    if texts is not None:
+        meta["texts"] = texts
+    path.with_suffix(".json").write_text(json.dumps(meta))
+    return path
+
+
+@pytest.fixture
+def caches(tmp_path):
+    """Images (N, D) with a power-law spectrum; two captions per image = rotated image + small noise."""
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((N, D)) * np.arange(1, D + 1) ** -0.5 + 2.0
+    Q = random_orthogonal(D, 1)
+    sids = [f"s{i:03d}" for i in range(N)]
+    caps = np.concatenate([X @ Q + 0.01 * rng.standard_normal((N, D)) for _ in range(2)])  # (2N, D)
+    tsids = sids + sids
+    tids = [f"{s}#0" for s in sids] + [f"{s}#1" for s in sids]
+    fi = {"name": "fake-image", "modality": "image", "dim": D, "pooling": "mean", "weights_hash": "i1"}
+    ft = {"name": "fake-text", "modality": "text", "dim": D, "pooling": "mean", "weights_hash": "t1"}
+    a = _write_cache(tmp_path / "img.safetensors", X, sids, sids, fi, "image")
+    b = _write_cache(tmp_path / "txt.safetensors", caps, tids, tsids, ft, "text", texts=[f"c{i}" for i in range(2 * N)])
+    return a, b, Q, X
+
+
+def _run(args):
+    r = CliRunner().invoke(cli, args, catch_exceptions=True)
+    return r
+
+
+def test_fit_procrustes_recovers_rotation_and_saves(caches, tmp_path):
+    a, b, Q, X = caches
+    r = _run(["align", "fit", "--method", "procrustes", "-a", str(a), "-b", str(b), "--out", str(tmp_path / "R"),
+              "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["pairing"]["n_pairs"] == N and "mean" in s["pairing"]["text_row"]
+    assert s["retrieval_on_fit_caches"]["R@1"] == 1.0
+    rot = Rotation.load(tmp_path / "R", x_encoder={"name": "fake-image", "dim": D})
+    assert np.abs(rot.R - Q).max() < 0.01  # two captions of noise 0.01 averaged
+    assert rot.meta["datasets"] == {"image": "synthetic/train", "text": "synthetic/train"}
+    with pytest.raises(MismatchError, match="fake-text"):
+        Rotation.load(tmp_path / "R", y_encoder={"name": "minilm-l6"})
+    # through the CLI, the same mismatch is a one-line CacheMismatchError
+    other = {"name": "other-text", "modality": "text", "dim": D, "pooling": "mean", "weights_hash": "t2"}
+    c = _write_cache(tmp_path / "txt2.safetensors", np.zeros((1, D)) + 1, ["s000#0"], ["s000"], other, "text")
+    r = _run(["align", "score", "-a", str(a), "-b", str(c), "--rotation", str(tmp_path / "R")])
+    assert isinstance(r.exception, CacheMismatchError) and "refit" in str(r.exception)
+
+
+def test_fit_pairfree_uses_no_pairs_and_matches_every_image(caches, tmp_path):
+    a, b, Q, X = caches
+    r = _run(["align", "fit", "-m", "pairfree", "-a", str(a), "-b", str(b), "--out", str(tmp_path / "P"), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["pairing"]["n_pairs"] == 0 and s["pairing"]["shuffled"] and s["pairing"]["n_texts"] == 2 * N
+    assert s["pairfree"]["match_accuracy_diagnostic"] == 1.0
+    assert s["retrieval_on_fit_caches"]["R@1"] == 1.0
+    rot = Rotation.load(tmp_path / "P.safetensors")
+    assert rot.method == "pairfree" and np.abs(rot.matrix() / rot.scale - Q).max() < 0.02
+
+
+@pytest.mark.parametrize("method", ["ridge", "random"])
+def test_fit_other_methods_and_human_output(caches, tmp_path, method):
+    a, b, _, _ = caches
+    r = _run(["align", "fit", "-m", method, "-a", str(a), "-b", str(b)])  # default --out under CAPTIONER_HOME
+    assert r.exit_code == 0, r.output
+    assert f"{method} map 16 -> 16" in r.output and "R@1" in r.output
+    rot_files = list((tmp_path / "captioner-home" / "rotations").glob(f"{method}-*.safetensors"))
+    assert len(rot_files) == 1
+
+
+def test_score_with_null_and_rotation(caches, tmp_path):
+    a, b, _, _ = caches
+    _run(["align", "fit", "-a", str(a), "-b", str(b), "--out", str(tmp_path / "R")])
+    r = _run(["align", "score", "-a", str(a), "-b", str(b), "--metric", "mutual_knn", "--metric", "cka",
+              "--null", "5", "--rotation", str(tmp_path / "R"), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    by = {m["metric"]: m for m in s["metrics"]}
+    assert by["cka"]["score"] > 0.99 and by["mutual_knn"]["score"] > 0.9
+    assert by["mutual_knn"]["null_mean"] < 0.2 and by["mutual_knn"]["z"] > 10
+    assert s["retrieval"]["R@1"] == 1.0
+    human = _run(["align", "score", "-a", str(a), "-b", str(b), "--metric", "all"])
+    assert human.exit_code == 0 and "svcca" in human.output and "cknna" in human.output
+
+
+def test_errors_are_one_line_captioner_errors(caches, tmp_path):
+    a, b, _, _ = caches
+    r = _run(["align", "fit", "-a", str(b), "-b", str(b)])
+    assert isinstance(r.exception, CaptionerError) and "holds text embeddings" in str(r.exception)
+    r = _run(["align", "score", "-a", str(a), "-b", str(b), "--metric", "nope"])
+    assert isinstance(r.exception, CaptionerError) and "unknown metric" in str(r.exception)
+    r = _run(["align", "fit", "-a", str(a), "-b", str(b), "--dim", "40"])
+    assert isinstance(r.exception, CaptionerError) and "exceeds" in str(r.exception)
+    r = _run(["align", "fit", "-a", str(tmp_path / "missing.safetensors"), "-b", str(b)])
+    assert isinstance(r.exception, CaptionerError) and "no embedding cache" in str(r.exception)
+
+
+def test_bench_small(tmp_path):
+    r = _run(["align", "bench", "--n", "300", "--dim", "16", "--gw-max-n", "100", "--procrustes", "2000x32",
+              "--json", "--out", str(tmp_path / "b.json")])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    row = res["matchers"][0]
+    assert row["ours"]["accuracy"] == 1.0 and "skipped" in row["gw"]
+    assert res["procrustes"]["ours_max_err"] < 0.01
+    assert json.loads((tmp_path / "b.json").read_text())["matchers"][0]["n"] == 300
