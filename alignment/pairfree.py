@@ -80,13 +80,44 @@ class MatchResult:
         return float((self.perm[ok] == t[ok]).mean()) if ok.any() else float("nan")
 
 
-def match(X, Y, method: str = "ours", **kw) -> MatchResult:
-    """Pair-free matching by name: "ours" (:func:`match_pairfree`) or "gw" (:func:`match_gw`)."""
+# "auto" trusts the PCA/ICP answer when at least this fraction of rows (of the smaller side) has a match
+# at under half the distance of its runner-up; exact copies score ~1, unrelated or real-encoder clouds ~0
+AUTO_MIN_CONFIDENT = 0.25
+
+
+def match(X, Y, method: str = "auto", **kw) -> MatchResult:
+    """Pair-free matching by name.
+
+    "ours" (:func:`match_pairfree`, near-isomorphic clouds, scales to large N), "wp" (:func:`match_wp`,
+    loosely isomorphic clouds such as two real encoders), "gw" (:func:`match_gw`, POT baseline), or "auto":
+    run "ours" and, when fewer than ``AUTO_MIN_CONFIDENT`` of the rows pass the ratio test
+    (``info["confident"]``: nearest match at under half the distance of the runner-up), fall back to "wp"
+    (``info["auto"]`` records the choice). Keyword arguments go to the chosen matcher
+    (for "auto": ``dim``, ``seed``, ``progress`` and the metadata go to both).
+    """
+    if method == "auto":
+        first = match_pairfree(X, Y, **kw)
+        if first.info["confident"] >= AUTO_MIN_CONFIDENT:
+            first.info["auto"] = {"chosen": "ours", "ours_confident": first.info["confident"]}
+            return first
+        shared = {k: v for k, v in kw.items() if k not in _OURS_ONLY}
+        if shared.get("dim") is None:  # wp's own default (32): its search does not scale to hundreds of axes
+            shared.pop("dim", None)
+        second = match_wp(X, Y, **shared)
+        second.info["auto"] = {"chosen": "wp", "ours_confident": first.info["confident"],
+                               "threshold": AUTO_MIN_CONFIDENT}
+        return second
     if method in ("ours", "pairfree", "pca-icp"):
         return match_pairfree(X, Y, **kw)
+    if method in ("wp", "wasserstein-procrustes"):
+        return match_wp(X, Y, **kw)
     if method in ("gw", "entropic-gw"):
         return match_gw(X, Y, **kw)
-    raise AlignmentError(f"unknown pair-free method {method!r}; use 'ours' or 'gw'")
+    raise AlignmentError(f"unknown pair-free method {method!r}; use 'auto', 'ours', 'wp' or 'gw'")
+
+
+_OURS_ONLY = {"sign_axes", "restarts", "subset", "iters", "reject", "candidates", "candidate_dims", "normalize",
+              "fit_scale"}
 
 
 # ----------------------------------------------------------------------------------------------- shared steps
@@ -104,7 +135,7 @@ class _Prep:
     sy: float
 
 
-def _prepare(X, Y, dim, normalize=True) -> _Prep:
+def _prepare(X, Y, dim, normalize=True, rows_l2=False) -> _Prep:
     X = as_matrix(X, "X", min_rows=3)
     Y = as_matrix(Y, "Y", min_rows=3)
     n1, D1 = X.shape
@@ -118,12 +149,19 @@ def _prepare(X, Y, dim, normalize=True) -> _Prep:
     my = Y.mean(0, dtype=np.float64)
     Xc = (X - mx).astype(dt)
     Yc = (Y - my).astype(dt)
+    if rows_l2:  # cosine geometry (what retrieval and the metrics use); the stored scale uses the mean norm
+        nx_, ny_ = np.linalg.norm(Xc, axis=1, keepdims=True), np.linalg.norm(Yc, axis=1, keepdims=True)
+        rx, ry = float(nx_.mean()), float(ny_.mean())
+        Xc /= np.maximum(nx_, 1e-12)
+        Yc /= np.maximum(ny_, 1e-12)
     sx = float(np.sqrt(np.einsum("ij,ij->", Xc, Xc, dtype=np.float64) / n1)) if normalize else 1.0
     sy = float(np.sqrt(np.einsum("ij,ij->", Yc, Yc, dtype=np.float64) / n2)) if normalize else 1.0
     if sx == 0 or sy == 0:
         raise AlignmentError("X or Y has zero variance; nothing to match")
     Xc /= sx
     Yc /= sy
+    if rows_l2:
+        sx, sy = sx * rx, sy * ry
     Vx, va = pca(Xc, d)
     Vy, vb = pca(Yc, d)
     return _Prep(np.ascontiguousarray(Xc @ Vx), np.ascontiguousarray(Yc @ Vy), va, vb, mx, my, Vx, Vy, sx, sy)
@@ -229,6 +267,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     candidates, candidate_dims : candidates per Y row and the dimensions they are searched in (large N)
     normalize : scale each cloud to unit total variance before matching (different encoders' scales)
     fit_scale : refit the global scale by Procrustes on the final pairs (else the ratio of total variances)
+    seed : unused (the search is deterministic); accepted so that every matcher takes the same arguments
     **meta : stored in the rotation's metadata (encoders, datasets)
 
     Returns
@@ -276,8 +315,11 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
                                y_idx=cand["y_idx"] if n1 * n2 > dense_max else None)
     timings["assign_s"] = time.perf_counter() - t
 
-    # unsupervised score on all rows: a Y row is "mutual" if its nearest X has it as nearest Y
+    # unsupervised scores on all rows: mutual nearest neighbours, and the ratio test (nearest X of a Y row
+    # at under half the distance of the second nearest)
     mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    yd = cand["y_d2"]
+    confident = float((yd[:, 0] < 0.25 * yd[:, 1]).sum() / min(n1, n2)) if yd.shape[1] > 1 else float("nan")
     ok = perm >= 0
     rejected = 0
     if reject is not None and ok.any():
@@ -294,7 +336,8 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     info = {
         "method": "ours", "n1": n1, "n2": n2, "dim": d, "sign_axes": k, "subset": [int(nx_sub), int(ny_sub)],
         "restarts": [{kk: v for kk, v in r.items() if kk != "R"} for r in tried],
-        "mutual_rate": float(mutual_rate), "matched": int(ok.sum()), "rejected": rejected,
+        "mutual_rate": float(mutual_rate), "confident": min(confident, 1.0), "matched": int(ok.sum()),
+        "rejected": rejected,
         "timings": {kk: round(v, 3) for kk, v in timings.items()}, "seconds": round(time.perf_counter() - t0, 3),
     }
     rot = _rotation_from(prep, R, "pairfree", s_fit, {**meta, "fit": {"pairfree": {
@@ -358,6 +401,7 @@ def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters):
 def _assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None):
     """One-to-one assignment of rows of AR (N1, d) to rows of B (N2, d) by squared distance.
 
+    ``y_idx`` (N2, c): candidates from an earlier call to re-rank instead of searching again (large N).
     Returns perm (N1,) (-1 unmatched), dist (N1,) squared distance of the assigned pair, and the candidate
     structure {"y_idx" (N2, c), "y_d2" (N2, c), "mutual_mask" (N1,)} used for scores and the coupling."""
     from scipy.optimize import linear_sum_assignment
@@ -429,7 +473,8 @@ def _rerank(B, AR, y_idx, chunk=4096):
 
 
 def _mutual_and_coupling(cand, n1, n2):
-    """Mutual-NN rate over Y rows and a sparse (N1, N2) soft coupling over each Y row's candidates."""
+    """Mutual-NN rate (mutual pairs / min(N1, N2)) and a sparse (N1, N2) soft coupling over each Y row's
+    candidates."""
     import scipy.sparse as sp
 
     y_idx, y_d2 = cand["y_idx"], cand["y_d2"]
@@ -442,13 +487,101 @@ def _mutual_and_coupling(cand, n1, n2):
     o = np.argsort(-w)
     best[cols[o]] = w[o]
     best_y[cols[o]] = rows[o]
-    mutual = float((best_y[first] == np.arange(n2)).mean())
+    # per mutual pair, over the smaller side: several captions of one image are not penalised
+    mutual = float((best_y[first] == np.arange(n2)).sum() / min(n1, n2))
     tau = float(np.median(y_d2[:, 0])) + 1e-12  # temperature: the typical nearest distance
     logits = -(y_d2 - y_d2[:, :1]) / tau
     p = np.exp(logits)
     p /= p.sum(1, keepdims=True)
     coupling = sp.csr_matrix((p.ravel() / n2, (cols, rows)), shape=(n1, n2))
     return mutual, coupling
+
+
+# ----------------------------------------------------------------------------------------------- WP
+def match_wp(X, Y, dim: int | None = 32, stages=(4, 8, 16, 32, 64), starts: int = 40, keep: int = 4,
+             expand: int = 8, iters: int = 10, search_n: int = 500, refine_n: int = 3000, rows_l2: bool = True,
+             dense_max: int = 25_000_000, seed: int = 0, progress: bool = False, **meta) -> MatchResult:
+    """Coarse-to-fine Wasserstein-Procrustes: for clouds that are only loosely isomorphic (real encoders).
+
+    Alternates an exact one-to-one assignment (``linear_sum_assignment``, i.e. optimal transport between
+    uniform point sets) with Procrustes, objective min_{R, P} sum_i ||a_i R - b_P(i)||^2, as in Grave et al.
+    (2019). The rotation space is searched coarse to fine over the leading principal axes: ``starts`` random
+    rotations of the top ``stages[0]`` axes; the ``keep`` lowest-cost solutions are extended by ``expand``
+    random rotations of the axes added at the next stage, and so on up to ``dim``. Search on a random
+    subsample of ``search_n`` rows per side, then refine on ``refine_n`` and assign all rows.
+
+    Parameters
+    ----------
+    X : (N1, D1), Y : (N2, D2)
+    dim : shared dimension (default 32; None = min(D1, D2, N - 1))
+    rows_l2 : centre then L2-normalise rows before PCA (cosine geometry)
+
+    Returns
+    -------
+    MatchResult; ``info["ot_cost"]`` is the final mean squared distance of the assignment (lower is better)
+    """
+    from scipy.optimize import linear_sum_assignment
+
+    t0 = time.perf_counter()
+    if dim is not None and np.ndim(X) == 2 and np.ndim(Y) == 2:
+        dim = min(dim, np.shape(X)[1], np.shape(Y)[1])  # the default 32 on smaller embeddings
+    prep = _prepare(X, Y, dim, True, rows_l2)
+    A, B = prep.A, prep.B
+    (n1, d), n2 = A.shape, B.shape[0]
+    rng = np.random.default_rng(seed)
+    xs = rng.permutation(n1)[:search_n]
+    ys = rng.permutation(n2)[:search_n]
+    steps = [k for k in stages if k < d] + [d]
+
+    def wp(R, As, Bs, k, n_it):
+        """Alternate assignment and Procrustes in the top k axes; returns (R, mean cost, cols)."""
+        Ak, Bk = As[:, :k], Bs[:, :k]
+        for it in range(n_it + 1):
+            C = _sqnorm(Ak @ R)[:, None] + _sqnorm(Bk)[None, :] - 2.0 * ((Ak @ R) @ Bk.T)
+            r, c = linear_sum_assignment(C)
+            if it == n_it:
+                return R, float(C[r, c].mean()), (r, c)
+            R = _procrustes(Ak[r], Bk[c])
+
+    hist = []
+    with blas_threads(1):
+        As, Bs = A[xs], B[ys]
+        cands = [_haar(steps[0], rng) for _ in range(starts)]
+        it = steps
+        if progress:
+            from tqdm.auto import tqdm
+
+            it = tqdm(steps, desc="wasserstein-procrustes", leave=False)
+        for si, k in enumerate(it):
+            out = sorted((wp(R0, As, Bs, k, iters)[:2] for R0 in cands), key=lambda t: t[1])
+            hist.append((k, round(out[0][1], 5)))
+            if si + 1 < len(steps):
+                k2 = steps[si + 1]
+                cands = []
+                for R, _ in out[:keep]:
+                    for _ in range(expand):
+                        E = np.eye(k2, dtype=np.float32)
+                        E[:k, :k] = R
+                        M = np.eye(k2, dtype=np.float32)
+                        M[k:, k:] = _haar(k2 - k, rng)
+                        cands.append(E @ M)
+        R = out[0][0]
+        if min(n1, n2) > len(xs) or min(n1, n2) > len(ys):  # refine on more rows
+            xr, yr = rng.permutation(n1)[:refine_n], rng.permutation(n2)[:refine_n]
+            R, _, _ = wp(R, A[xr], B[yr], d, 5)
+    perm, dist, cand = _assign(A @ R, B, dense_max, 4, 32, progress)
+    ok = perm >= 0
+    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    info = {"method": "wp", "n1": n1, "n2": n2, "dim": d, "stages": hist, "ot_cost": float(dist[ok].mean()),
+            "mutual_rate": float(mutual_rate), "matched": int(ok.sum()), "search_n": int(len(xs)),
+            "seconds": round(time.perf_counter() - t0, 3)}
+    rot = _rotation_from(prep, R, "pairfree-wp", 1.0, {**meta, "fit": {"pairfree": info}})
+    return MatchResult(rot, perm, coupling, float(mutual_rate), info)
+
+
+def _haar(k, rng):
+    Qm, Rm = np.linalg.qr(rng.standard_normal((k, k)))
+    return (Qm * np.sign(np.diag(Rm))).astype(np.float32)
 
 
 # ----------------------------------------------------------------------------------------------- GW baseline

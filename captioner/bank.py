@@ -196,10 +196,28 @@ def cupl_sentences(n: int = 6000, seed: int = 0, max_chars: int = 120) -> list[s
     return out[:n]
 
 
-def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpaint", "emoji", "cupl"),
-                   n_cupl: int = 6000, progress: bool = True, device: str = "cpu"):
-    """The text the decoder learns to reconstruct: Tux Paint train (+ val) captions, emoji names, and a
-    sample of CuPL sentences, embedded through the cache, minus ``exclude`` (the evaluated captions).
+def article(noun: str) -> str:
+    return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
+def classname_captions(label_set: str = "imagenet1k") -> list[str]:
+    """Short captions of the kind Tux Paint has ("A koala."), one noun each, from a clip-benchmark label
+    set: "A <name>." and "A photo of a <name>." for each class."""
+    from captioner.assets import classnames
+
+    out = []
+    for c in classnames(label_set):
+        a = article(c)
+        out += [f"{a.capitalize()} {c}.", f"A photo of {a} {c}."]
+    return out
+
+
+def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpaint", "emoji", "imagenet", "cupl"),
+                   n_cupl: int = 2000, progress: bool = True, device: str = "cpu"):
+    """The text the decoder learns to reconstruct: Tux Paint train (+ val) captions, emoji names, short
+    captions of the 1000 ImageNet class names, and a sample of CuPL sentences, embedded through the cache,
+    minus ``exclude`` (the evaluated captions). The class-name captions teach it to spell many nouns from
+    their embeddings, which is what a one-object caption needs; CuPL adds longer sentences.
 
     Returns (texts list[str], E (N, D) float32, sources list[dict]).
     """
@@ -215,6 +233,11 @@ def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpai
             sets.append(get_dataset("emoji", split="all"))
         except CaptionerError:
             pass  # the emoji font is optional; the corpus is just smaller without it
+    if "imagenet" in extra:
+        try:
+            sets.append(text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k")))
+        except CaptionerError:
+            pass
     if "cupl" in extra and n_cupl > 0:
         try:
             sets.append(text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl)))

@@ -70,7 +70,7 @@ PRESETS: dict[str, tuple[dict, dict]] = {
              {"steps": 150, "batch_size": 16, "lr": 3e-3, "warmup": 10, "noise_std": 0.0, "save_every": 50}),
     "small": ({"d_model": 128, "n_layer": 2, "n_head": 4, "prefix_len": 4, "max_len": 32, "dropout": 0.1,
                "vocab_max": 4000},
-              {"steps": 1200, "batch_size": 48, "lr": 2e-3, "warmup": 100, "noise_std": 0.08}),
+              {"steps": 2000, "batch_size": 48, "lr": 2e-3, "warmup": 100, "noise_std": 0.04}),
     "base": ({"d_model": 384, "n_layer": 4, "n_head": 6, "prefix_len": 8, "max_len": 40, "dropout": 0.1,
               "vocab_max": 16000},
              {"steps": 8000, "batch_size": 128, "lr": 6e-4, "warmup": 400, "noise_std": 0.08}),

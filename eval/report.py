@@ -14,7 +14,8 @@ ROTATION_LABELS = {
     "random": "random rotation (floor)",
     "text": "text-only ceiling (reference caption embedding as query)",
 }
-CAPTIONER_LABELS = {"retrieval": "retrieval", "decoder": "projection + decoder"}
+CAPTIONER_LABELS = {"retrieval": "retrieval", "decoder": "projection + decoder",
+                    "decoder-direct": "decoder, direct input (no projection)"}
 
 
 def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = True,
@@ -40,6 +41,17 @@ def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = 
             r = evaluate(pipe, test_set, rotation=rot, captioner=cap, meteor=meteor,
                          out_dir=out_dir / "runs" / f"{cap}-{rot}")
             rows.append(r)
+    if "decoder" in captioners and "text" in rotations:
+        # The decoder's own ceiling: the reference caption's embedding fed to it directly (no projection onto
+        # the bank): how well it reconstructs captions it never saw, i.e. what a perfect rotation would give.
+        import copy
+
+        direct = copy.copy(pipe)
+        direct.decode_input = "rotation"
+        r = evaluate(direct, test_set, rotation="text", captioner="decoder", meteor=meteor,
+                     out_dir=out_dir / "runs" / "decoder-direct-text", name="decoder-direct-text")
+        r["captioner"] = "decoder-direct"
+        rows.append(r)
     zs = []
     for mode in zeroshot_modes:
         if progress:

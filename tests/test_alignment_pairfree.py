@@ -31,7 +31,7 @@ def test_permutation_recovered_exactly():
     assert np.array_equal(res.perm, true)
     R = res.rotation.matrix() / res.rotation.scale
     assert np.abs(R - Q).max() < 0.05  # noise 0.05 limits the rotation, not the matching
-    assert res.score > 0.99 and res.info["matched"] == 400
+    assert res.score > 0.99 and res.info["confident"] > 0.99 and res.info["matched"] == 400
     assert np.abs(res.rotation.transform(X) - Y[true]).max() < 1.0
     C = res.coupling
     assert C.shape == (400, 400) and (np.asarray(C.argmax(1)).ravel() == true).mean() == 1.0
@@ -87,6 +87,24 @@ def test_gw_baseline_recovers_small_case():
     res = match_gw(X, Y)
     assert res.accuracy(true) == 1.0 and res.coupling.shape == (80, 80)
     assert res.coupling.sum() == pytest.approx(1.0, abs=1e-6)  # a transport plan with uniform marginals
+
+
+def test_wasserstein_procrustes_recovers_small_case():
+    X, Y, true, Q = make_problem(150, 8, noise=0.01, seed=9)
+    res = match(X, Y, method="wp", dim=8, rows_l2=False, starts=8, keep=2, expand=4, seed=0)
+    assert res.accuracy(true) == 1.0
+    assert np.abs(res.rotation.matrix() / res.rotation.scale - Q).max() < 0.05
+    assert res.info["ot_cost"] < 0.01 and [k for k, _ in res.info["stages"]] == [4, 8]
+
+
+def test_auto_keeps_confident_ours_and_falls_back_to_wp_on_unrelated_clouds(rng):
+    X, Y, true, _ = make_problem(200, 8, seed=10)
+    res = match(X, Y)  # method="auto"
+    assert res.info["auto"]["chosen"] == "ours" and res.accuracy(true) == 1.0
+    # two unrelated isotropic clouds: no confident correspondence, so auto hands over to wp
+    res = match(rng.standard_normal((120, 6)), rng.standard_normal((100, 6)), starts=4, keep=1, expand=2)
+    assert res.info["auto"]["chosen"] == "wp" and res.info["auto"]["ours_confident"] < 0.25
+    assert res.rotation.method == "pairfree-wp" and (res.perm >= 0).sum() == 100
 
 
 def test_knn_exact_against_brute_force(rng):

@@ -5,8 +5,16 @@ import pytest
 
 from captioner.bank import l2n
 from captioner.errors import CaptionerError
-from captioner.zeroshot import (ZeroShotClassifier, build_head, check_labels, class_prompts, cluster_match,
-                                head_from_embeddings, predict_proba, topk)
+from captioner.zeroshot import (
+    ZeroShotClassifier,
+    build_head,
+    check_labels,
+    class_prompts,
+    cluster_match,
+    head_from_embeddings,
+    predict_proba,
+    topk,
+)
 from eval.zeroshot import topk_accuracy
 from tests.fakes import FakeTextEncoder
 

@@ -4,6 +4,7 @@ the caption; a bad file gives a readable message; no request leaves 127.0.0.1. S
 from __future__ import annotations
 
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -50,6 +51,7 @@ def server(tmp_path_factory):
 def page(server, tmp_path_factory):
     """One Chromium with a fresh profile in tmp; every request the page makes is recorded."""
     sync_api = pytest.importorskip("playwright.sync_api")
+    sync_api.expect.set_options(timeout=30_000)  # a loaded two-core machine: 5 s is not always enough
     profile = tmp_path_factory.mktemp("chromium-profile")
     with sync_api.sync_playwright() as pw:
         ctx = pw.chromium.launch_persistent_context(
@@ -100,6 +102,9 @@ def test_an_example_click_then_caption(page, server):
 
     first = page.locator("#caption-examples button, #caption-examples img").first
     first.click()
+    name = Path(server.examples[0]).stem
+    # the example loads through an event of its own: click Caption only once it is in the image box
+    expect(page.locator("#caption-image img").first).to_have_attribute("src", re.compile(re.escape(name)))
     page.locator("#caption-btn").click()
     want = server.handlers.caption(server.examples[0])[0]
     assert want

@@ -71,7 +71,7 @@ def test_cider_matches_hand_computation_on_a_tiny_case():
     # idf log2 - log2 = 0); "cat", "sat", "cat sat", "a cat" are in one (idf log 2).
     preds2 = {"1": "a cat", "2": "a dog"}
     refs2 = {"1": ["a cat sat"], "2": ["a dog"]}
-    L = math.log(2)
+    # every weighted n-gram below has idf L = log 2 (it is in one of the two images), and L cancels
     # order 1: g_c = {cat: L}, g_r = {cat: L, sat: L}: cos = L*L / (L * L*sqrt2) = 1/sqrt2
     # order 2: g_c = {"a cat": L}, g_r = {"a cat": L, "cat sat": L}: 1/sqrt2; orders 3, 4: candidate empty -> 0
     # length penalty: bigram counts 1 vs 2 -> exp(-1/72)

@@ -97,8 +97,10 @@ def cli():
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
               help="pairfree: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
-@click.option("--matcher", type=click.Choice(["ours", "gw"]), default="ours", show_default=True,
-              help="pairfree: our PCA/ICP matcher or POT's entropic Gromov-Wasserstein.")
+@click.option("--matcher", type=click.Choice(["auto", "ours", "wp", "gw"]), default="auto", show_default=True,
+              help="pairfree: PCA sign search + ICP (ours), coarse-to-fine Wasserstein-Procrustes (wp; for "
+                   "loosely isomorphic real encoders), POT's entropic Gromov-Wasserstein (gw), or auto (ours, "
+                   "falling back to wp when ours finds no confident correspondence).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, seed,
@@ -142,12 +144,14 @@ def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, te
                 ysid = list(groups)
                 Yall = np.stack([txt.X[g[0]] if text_rows == "first" else txt.X[g].mean(0) for g in groups.values()])
             xi, yi = rng.permutation(len(img.X)), rng.permutation(len(Yall))  # no row order can leak pairs
-            kw = {"fit_scale": scale, "progress": not as_json} if matcher == "ours" else {}
+            kw = {"ours": {"fit_scale": scale, "progress": not as_json}, "wp": {"progress": not as_json},
+                  "auto": {"progress": not as_json}}.get(matcher, {})
             res = match(img.X[xi], Yall[yi], method=matcher, dim=dim, seed=seed, **kw, **meta)
             rot = res.rotation
             rot.meta.update(meta)
             rot.meta["pairing"] = {"by": "none", "n_pairs": 0, "shuffled": True, "seed": seed,
-                                   "text_rows": text_rows, "n_images": len(xi), "n_texts": len(yi)}
+                                   "text_rows": text_rows, "n_images": len(xi), "n_texts": len(yi),
+                                   "matcher": res.info.get("auto", {}).get("chosen", matcher)}
             # diagnostics, computed after the fit: how often a matched text row belongs to the same sample
             matched = res.perm >= 0
             right = [ysid[yi[res.perm[i]]] == img.sample_ids[xi[i]] for i in np.flatnonzero(matched)]

@@ -26,7 +26,7 @@ def _subset(ds, n: int | None, seed: int = 0):
 
 
 def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text_encoder="minilm-l6", device="cpu",
-                        progress=True, beam=3, decoder_preset=None, train_limit=20000, test_limit=None,
+                        progress=True, beam=1, decoder_preset=None, train_limit=20000, test_limit=None,
                         pairfree_max=2000, decode_input="projection"):
     """(Pipeline, test set) for the embedded Tux Paint test split, or the COCO Karpathy test split under
     ``coco_root`` (bank, pairs and decoder corpus from the Karpathy train split, at most ``train_limit``
@@ -70,7 +70,7 @@ def cli():
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
-@click.option("--beam", default=3, show_default=True, type=click.IntRange(1, 16))
+@click.option("--beam", default=1, show_default=True, type=click.IntRange(1, 16), help="1 = greedy.")
 @click.option("--decode-input", type=click.Choice(["projection", "rotation"]), default="projection", show_default=True)
 @click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
 @click.option("--train-limit", default=20000, show_default=True, help="COCO: train images for pairs and bank.")
@@ -144,15 +144,17 @@ def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encode
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--meteor/--no-meteor", default=True, show_default=True)
+@click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the Markdown.")
 @click.option("--quiet", "-q", is_flag=True)
-def report_cli(out, image_encoder, text_encoder, device, meteor, as_json, quiet):
+def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, as_json, quiet):
     """Write the results table (Markdown + JSON) on the embedded Tux Paint test split: each captioner
     (retrieval; DeCap projection + decoder) x rotation (paired Procrustes, pair-free, ridge, random), the
     text-only ceiling, and zero-shot accuracy on the Tux Paint categories."""
     from eval.report import build_report
 
-    pipe, test = build_eval_pipeline(None, image_encoder, text_encoder, device, not quiet)
+    pipe, test = build_eval_pipeline(None, image_encoder, text_encoder, device, not quiet,
+                                     decoder_preset=decoder_preset)
     out = Path(out) if out else _runs_dir("report")
     t0 = time.time()
     rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet)

@@ -1,0 +1,361 @@
+"""The alignment scaling law: how many samples a text encoder needs to align with an image encoder.
+
+For each method (the text JEPA with good views, the next-token LM with bad views), sample count n
+(samples seen in training = steps x batch) and seed, train a run in the scene lab, embed held-out
+captions, and measure mutual k-NN against the image JEPA's embeddings of the matching renders. Then fit
+
+.. math:: a(n) = a_\\infty - b \\, n^{-c}
+
+(scipy ``curve_fit``) on the smaller n, predict the largest n, and compare the error with the seed
+spread there; invert the full fits to get the sample ratio NTP / JEPA at equal alignment (the paper
+reports ~42x on real data). Every run's result is a small JSON file under ``out/runs``; a second call
+skips runs already done, and a run killed half way resumes from its checkpoint.
+"""
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+
+@dataclass
+class ScalingConfig:
+    name: str = "cpu"
+    model_preset: str = "tiny"
+    methods: list = field(default_factory=lambda: ["text-jepa", "ntp"])
+    ns: list = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])   # samples seen
+    seeds: list = field(default_factory=lambda: [0, 1, 2])
+    batch_size: int = 32
+    embed_dim: int = 16
+    n_train: int = 3000           # scene-lab training scenes (text corpus and image renders)
+    n_test: int = 300             # held-out (render, caption) pairs
+    image_steps: int = 300
+    image_batch: int = 64
+    k: int = 10
+    world_seed: int = 0
+
+
+PRESETS = {
+    # a few minutes on two cores: tiny models, 5 sample counts x 3 seeds x 2 methods
+    "cpu": ScalingConfig(),
+    # seconds: for tests of the machinery only
+    "quick": ScalingConfig(name="quick", ns=[64, 128, 256, 512], seeds=[0, 1], batch_size=16, n_train=200,
+                           n_test=60, image_steps=20, image_batch=32, k=5),
+    # longer curves (a GPU, or an hour of CPU)
+    "full": ScalingConfig(name="full", ns=[1024, 2048, 4096, 8192, 16384, 32768, 65536], seeds=[0, 1, 2],
+                          batch_size=64, n_train=20000, n_test=500, image_steps=2000),
+}
+
+
+# --------------------------------------------------------------------------------------------- the law
+def power_law(n, a_inf, b, c):
+    """a(n) = a_inf - b * n^-c."""
+    return a_inf - b * np.power(np.asarray(n, np.float64), -c)
+
+
+def fit_power_law(ns, ys, sigma=None) -> dict:
+    """Least-squares fit of a(n) = a_inf - b n^-c (scipy.optimize.curve_fit, bounded: 0 <= a_inf <= 1.5,
+    b >= 0, 0.01 <= c <= 3).
+
+    n is rescaled by its smallest value inside the fit, so b refers to n_min and the problem stays well
+    conditioned; the returned ``b`` is converted back to the original n.
+
+    Parameters
+    ----------
+    ns : (M,) sample counts; ys : (M,) alignments (repeated n allowed, e.g. one point per seed).
+    sigma : optional (M,) standard deviations (curve_fit's ``sigma``).
+
+    Returns
+    -------
+    dict(a_inf, b, c, rmse) ; raises ValueError with fewer than 3 distinct n.
+    """
+    from scipy.optimize import curve_fit
+
+    ns = np.asarray(ns, np.float64)
+    ys = np.asarray(ys, np.float64)
+    if len(np.unique(ns)) < 3:
+        raise ValueError(f"need >= 3 distinct sample counts to fit 3 parameters, got {sorted(set(ns.tolist()))}")
+    n0 = ns.min()
+    x = ns / n0
+    top = float(ys.max())
+    p0 = (min(1.5, top + 0.05), max(1e-3, top + 0.05 - float(ys[np.argmin(ns)])), 0.5)
+    (a, bs, c), _ = curve_fit(power_law, x, ys, p0=p0, sigma=sigma, bounds=([0.0, 0.0, 0.01], [1.5, np.inf, 3.0]),
+                              maxfev=20000)
+    rmse = float(np.sqrt(np.mean((power_law(x, a, bs, c) - ys) ** 2)))
+    return {"a_inf": float(a), "b": float(bs * n0 ** c), "c": float(c), "rmse": rmse}
+
+
+def samples_for(alignment: float, fit: dict) -> float:
+    """Inverse of the law: the n at which ``fit`` reaches ``alignment`` (inf if it never does)."""
+    gap = fit["a_inf"] - alignment
+    if gap <= 0:
+        return math.inf
+    return float((fit["b"] / gap) ** (1.0 / fit["c"]))
+
+
+# ---------------------------------------------------------------------------------------------- runs
+def _world(cfg: ScalingConfig):
+    from captioner.jepa import scenelab as S
+    from captioner.jepa.views import ViewsCorpus
+
+    scenes = S.sample_scenes(cfg.n_train, seed=cfg.world_seed)
+    corpus = ViewsCorpus("scenelab", [S.captions(sc, 6, seed=cfg.world_seed * 7919 + i) for i, sc in enumerate(scenes)],
+                         [sc.key() for sc in scenes])
+    lab = S.LabConfig(n_test=cfg.n_test, seed=cfg.world_seed)
+    return scenes, corpus, lab
+
+
+def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: bool) -> np.ndarray:
+    """The image JEPA (trained once, reused) embedding of the held-out renders: (n_test, E)."""
+    from captioner.jepa import scenelab as S
+    from captioner.jepa import views as V
+    from captioner.jepa.train import resolve_config
+
+    path = out / "image_test.npy"
+    if path.exists():
+        return np.load(path)
+    base = resolve_config("image-jepa", cfg.model_preset)
+    aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in lab.augment.items()})
+    data = V.ImageViews(S.render_array(scenes, lab.n_renders, base.image.image_size, seed=cfg.world_seed), aug)
+    lab_img = S.LabConfig(preset=cfg.model_preset, batch_size=cfg.image_batch, embed_dim=cfg.embed_dim,
+                          seed=cfg.world_seed)
+    model, _, _ = S._train_and_load("image-jepa", lab_img, data, out / "image-jepa", progress, cfg.image_steps,
+                                    cfg.world_seed, augment=asdict(aug))
+    X = S.embed_images(model, test_ims)
+    np.save(path, X)
+    return X
+
+
+def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_caps, Y, out: Path,
+            progress: bool = False, data=None) -> dict:
+    """Train ``method`` on n samples (n / batch steps) with ``seed``; mutual k-NN of its held-out caption
+    embeddings with the image side ``Y``. The checkpoint is deleted once measured; the result is kept."""
+    from captioner.jepa import scenelab as S
+    from captioner.jepa import views as V
+    from captioner.jepa.model import build_model
+    from captioner.jepa.train import load_checkpoint, resolve_config, train
+
+    steps = max(1, n // cfg.batch_size)
+    tc = resolve_config(method, cfg.model_preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size,
+                        seed=seed, save_every=max(1, steps // 4), warmup=max(1, steps // 10),
+                        text={"embed_dim": cfg.embed_dim})
+    if data is None:
+        data = (V.TokenViews(corpus, tc.text.max_len, warn=False) if method == "text-jepa"
+                else V.TokenDocuments(corpus, tc.text.max_len, seed=seed))
+    run_dir = out / "tmp" / f"{method}-n{n}-s{seed}"
+    t0 = time.time()
+    summary = train(tc, run_dir, resume=True, data=data, progress=progress)
+    ck = load_checkpoint(run_dir)
+    model = build_model(method, tc.text, obj=tc.objective)
+    model.load_state_dict(ck["model"])
+    X = S.embed_texts(model, method, test_caps, tc.text.max_len)
+    res = {"method": method, "n": int(n), "seed": int(seed), "steps": steps, "batch_size": cfg.batch_size,
+           "mutual_knn": S.mutual_knn(X, Y, cfg.k), "procrustes_residual": S.procrustes_residual(X, Y),
+           "last_loss": summary["last_loss"], "seconds": round(time.time() - t0, 2)}
+    shutil.rmtree(run_dir, ignore_errors=True)
+    return res
+
+
+def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
+    """Fits, held-out predictions, seed spreads and the NTP / JEPA sample ratio from the run results."""
+    out: dict = {"methods": {}}
+    for m in cfg.methods:
+        rs = [r for r in runs if r["method"] == m]
+        ns = sorted({r["n"] for r in rs})
+        by_n = {n: [r["mutual_knn"] for r in rs if r["n"] == n] for n in ns}
+        table = [{"n": n, "mean": float(np.mean(v)), "std": float(np.std(v, ddof=1)) if len(v) > 1 else 0.0,
+                  "seeds": len(v)} for n, v in by_n.items()]
+        entry: dict = {"points": table}
+        xs = [r["n"] for r in rs]
+        ys = [r["mutual_knn"] for r in rs]
+        try:
+            entry["fit_all"] = fit_power_law(xs, ys)
+        except (ValueError, RuntimeError) as e:
+            entry["fit_all"] = {"error": str(e)}
+        n_max = ns[-1] if ns else None
+        small = [(x, y) for x, y in zip(xs, ys) if x < n_max] if ns else []
+        try:
+            f = fit_power_law([x for x, _ in small], [y for _, y in small])
+            pred = float(power_law(n_max, f["a_inf"], f["b"], f["c"]))
+            meas = by_n[n_max]
+            spread = float(np.std(meas, ddof=1)) if len(meas) > 1 else float("nan")
+            entry["holdout"] = {"fit_on": sorted({x for x, _ in small}), "n": n_max, "fit": f,
+                                "predicted": pred, "measured": float(np.mean(meas)),
+                                "abs_error": abs(pred - float(np.mean(meas))), "seed_std": spread,
+                                "error_over_std": abs(pred - float(np.mean(meas))) / spread if spread > 0 else None}
+        except (ValueError, RuntimeError) as e:
+            entry["holdout"] = {"error": str(e)}
+        out["methods"][m] = entry
+    good, bad = "text-jepa", "ntp"
+    if good in out["methods"] and bad in out["methods"]:
+        fg, fb = out["methods"][good].get("fit_all", {}), out["methods"][bad].get("fit_all", {})
+        pts_b = out["methods"][bad]["points"]
+        if "a_inf" in fg and "a_inf" in fb and pts_b:
+            target = pts_b[-1]["mean"]           # the best alignment NTP reached, at its largest n
+            n_bad = pts_b[-1]["n"]
+            n_good = samples_for(target, fg)
+            n_min = out["methods"][good]["points"][0]["n"]
+            out["ratio"] = {"alignment": target, "n_ntp": n_bad, "n_jepa": n_good,
+                            "ratio_ntp_over_jepa": n_bad / n_good if n_good > 0 and math.isfinite(n_good) else None,
+                            "jepa_extrapolated": bool(n_good < n_min),
+                            "ntp_a_inf": fb["a_inf"], "jepa_a_inf": fg["a_inf"]}
+            # the other way round too: samples NTP's fitted law needs for JEPA's best alignment
+            tg = out["methods"][good]["points"][-1]
+            nb = samples_for(tg["mean"], fb)
+            out["ratio"]["ntp_samples_for_jepa_best"] = {"alignment": tg["mean"], "n_jepa": tg["n"], "n_ntp": nb,
+                                                          "ratio": nb / tg["n"] if math.isfinite(nb) else None}
+    return out
+
+
+def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Path:
+    """alignment vs samples seen (log x): seeds as dots, means, the fit on the smaller n (dashed past it)
+    and the held-out prediction (open marker)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    colours = {"text-jepa": "tab:blue", "ntp": "tab:red"}
+    labels = {"text-jepa": "text JEPA (good views)", "ntp": "next-token LM (bad views)"}
+    for m, entry in analysis["methods"].items():
+        col = colours.get(m, "k")
+        xs = [r["n"] for r in runs if r["method"] == m]
+        ys = [r["mutual_knn"] for r in runs if r["method"] == m]
+        ax.scatter(xs, ys, s=10, color=col, alpha=0.4)
+        pts = entry["points"]
+        ax.errorbar([p["n"] for p in pts], [p["mean"] for p in pts], yerr=[p["std"] for p in pts], fmt="o",
+                    color=col, label=labels.get(m, m), capsize=3)
+        h = entry.get("holdout", {})
+        if "fit" in h:
+            f = h["fit"]
+            grid = np.geomspace(min(xs), max(xs) * 2, 100)
+            ax.plot(grid, power_law(grid, f["a_inf"], f["b"], f["c"]), "--", color=col, lw=1)
+            ax.scatter([h["n"]], [h["predicted"]], s=80, facecolors="none", edgecolors=col, zorder=5)
+    ax.axhline(cfg.k / (cfg.n_test - 1), color="grey", lw=0.8, ls=":", label="chance")
+    ax.set_xscale("log")
+    ax.set_xlabel("training samples seen")
+    ax.set_ylabel(f"mutual {cfg.k}-NN with the image JEPA")
+    ax.set_title(f"scene lab alignment scaling ({cfg.name})")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path
+
+
+def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = False, progress: bool = True) -> dict:
+    """All runs of ``preset`` (skipping those whose result exists unless ``force``), then the analysis,
+    the plot, ``results.json`` and ``results.md`` in ``out`` (default ``<home>/runs/scaling-<preset>``)."""
+    from tqdm.auto import tqdm
+
+    from captioner.errors import CaptionerError
+    from captioner.jepa import scenelab as S
+    from captioner.jepa import views as V
+    from captioner.jepa.train import resolve_config
+    from captioner.paths import atomic_write_json, subdir
+
+    if isinstance(preset, ScalingConfig):
+        cfg = preset
+    elif preset in PRESETS:
+        cfg = PRESETS[preset]
+    else:
+        raise CaptionerError(f"unknown scaling preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    out = Path(out) if out else subdir("runs") / f"scaling-{cfg.name}"
+    (out / "runs").mkdir(parents=True, exist_ok=True)
+    cfg_path = out / "config.json"
+    if cfg_path.exists() and not force:
+        old = json.loads(cfg_path.read_text())
+        if old != asdict(cfg):
+            raise CaptionerError(f"{out} holds runs of another scaling config; pass --force or another --out")
+    atomic_write_json(cfg_path, asdict(cfg))
+    t0 = time.time()
+    scenes, corpus, lab = _world(cfg)
+    base = resolve_config("text-jepa", cfg.model_preset)
+    test_scenes, test_ims, test_caps = S.test_pairs(lab, base.image.image_size)
+    if force:
+        for p in (out / "runs").glob("*.json"):
+            p.unlink()
+        (out / "image_test.npy").unlink(missing_ok=True)
+    Y = _image_side(cfg, out, scenes, lab, test_ims, progress)
+    todo = [(m, n, s) for m in cfg.methods for n in cfg.ns for s in cfg.seeds]
+    runs, sources = [], {}
+
+    def source(m, s):
+        # tokenised once per method (and per seed for the documents, whose sentence order is seeded)
+        key = (m, s if m == "ntp" else None)
+        if key not in sources:
+            sources[key] = (V.TokenViews(corpus, base.text.max_len, warn=False) if m == "text-jepa"
+                            else V.TokenDocuments(corpus, base.text.max_len, seed=s))
+        return sources[key]
+
+    bar = tqdm(todo, desc=f"scaling {cfg.name}", unit="run", disable=not progress)
+    for m, n, s in bar:
+        p = out / "runs" / f"{m}-n{n}-s{s}.json"
+        if p.exists():
+            runs.append(json.loads(p.read_text()))
+            continue
+        bar.set_postfix(run=f"{m} n={n} seed={s}")
+        r = run_one(cfg, m, n, s, corpus, test_caps, Y, out, data=source(m, s))
+        atomic_write_json(p, r)
+        runs.append(r)
+    bar.close()
+    analysis = analyse(cfg, runs)
+    png = plot(cfg, runs, analysis, out / "scaling.png")
+    res = {"config": asdict(cfg), "runs": runs, **analysis, "plot": str(png), "out": str(out),
+           "chance_mutual_knn": cfg.k / (cfg.n_test - 1), "seconds_this_call": round(time.time() - t0, 1)}
+    atomic_write_json(out / "results.json", res)
+    (out / "results.md").write_text(format_table(res) + "\n")
+    return res
+
+
+def _f(x, nd=3):
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "-" if x is None else str(x)
+    return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def format_table(res: dict) -> str:
+    """Markdown: the mean +- std table per (method, n), the fits, held-out predictions and the ratio."""
+    cfg = res["config"]
+    methods = list(res["methods"])
+    ns = sorted({p["n"] for m in methods for p in res["methods"][m]["points"]})
+    lines = [f"Mutual {cfg['k']}-NN with the image JEPA on {cfg['n_test']} held-out scene-lab pairs "
+             f"(mean +- std over {len(cfg['seeds'])} seeds; chance {res['chance_mutual_knn']:.3f}).", "",
+             "| samples seen | " + " | ".join(methods) + " |", "| ---: | " + " | ".join("---:" for _ in methods) + " |"]
+    for n in ns:
+        cells = []
+        for m in methods:
+            p = [q for q in res["methods"][m]["points"] if q["n"] == n]
+            cells.append(f"{p[0]['mean']:.3f} +- {p[0]['std']:.3f}" if p else "-")
+        lines.append(f"| {n} | " + " | ".join(cells) + " |")
+    lines += ["", "| method | fit (all n): a_inf, b, c | held-out n | predicted | measured | abs error | seed std |",
+              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    for m in methods:
+        e = res["methods"][m]
+        fa = e.get("fit_all", {})
+        fit = (f"{fa['a_inf']:.3f}, {fa['b']:.3g}, {fa['c']:.3f}" if "a_inf" in fa else fa.get("error", "-"))
+        h = e.get("holdout", {})
+        if "predicted" in h:
+            lines.append(f"| {m} | {fit} | {h['n']} | {h['predicted']:.3f} | {h['measured']:.3f} | "
+                         f"{h['abs_error']:.3f} | {_f(h['seed_std'])} |")
+        else:
+            lines.append(f"| {m} | {fit} | - | - | - | - | - |")
+    r = res.get("ratio")
+    if r:
+        ratio = r["ratio_ntp_over_jepa"]
+        lines += ["", f"Equal alignment {r['alignment']:.3f} (NTP's best, at n={r['n_ntp']}): the JEPA law reaches "
+                  f"it at n={_f(r['n_jepa'], 0)}"
+                  + (" (extrapolated below the smallest n)" if r["jepa_extrapolated"] else "")
+                  + f" -> sample ratio NTP / JEPA = {_f(ratio, 1)}x."]
+        o = r["ntp_samples_for_jepa_best"]
+        lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the NTP law "
+                     + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else
+                        f"never reaches it (a_inf = {r['ntp_a_inf']:.3f})."))
+    lines.append(f"\nPlot: {res.get('plot', '-')}")
+    return "\n".join(lines)

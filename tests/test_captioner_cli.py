@@ -1,0 +1,183 @@
+"""`captioner caption`, `classify`, `eval coco`, `eval zeroshot` and `report` end to end through click's
+CliRunner, on fake encoders (deterministic, no weights) over the embedded Tux Paint splits."""
+import json
+import os
+import shutil
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+from PIL import Image
+
+import captioner.encoders as encoders
+from captioner.cli import cli, main
+from captioner.errors import CaptionerError
+from tests.fakes import FakeImageEncoder, FakeTextEncoder
+
+HAS_TUX = os.path.isdir("/usr/share/tuxpaint/stamps")
+HAS_JAVA = shutil.which("java") is not None
+pytestmark = pytest.mark.skipif(not HAS_TUX, reason="tuxpaint-stamps-default not installed")
+FAKE = ["--image-encoder", "fake-image", "--text-encoder", "fake-text", "-q"]
+
+
+@pytest.fixture(scope="module")
+def module_home(tmp_path_factory):
+    return tmp_path_factory.mktemp("cli-home")
+
+
+@pytest.fixture(autouse=True)
+def fakes(monkeypatch, captioner_home, module_home):
+    # One state folder for the module: the fake embeddings and fitted maps are built once, not per test.
+    monkeypatch.setenv("CAPTIONER_HOME", str(module_home))
+    made = {"fake-image": FakeImageEncoder(), "fake-text": FakeTextEncoder(16)}
+
+    def get_encoder(name, device="cpu", **kw):
+        if name not in made:
+            raise CaptionerError(f"unknown encoder {name!r}")
+        return made[name]
+
+    monkeypatch.setattr(encoders, "get_encoder", get_encoder)
+    from captioner import pipeline
+
+    monkeypatch.setattr(pipeline, "_DEFAULTS", {})  # a fresh Pipeline per test: artifacts come from disk
+    return made
+
+
+@pytest.fixture
+def images(tmp_path):
+    paths = []
+    for i, colour in enumerate([(200, 30, 30), (30, 200, 30)]):
+        a = np.random.default_rng(i).integers(0, 60, (48, 48, 3)) + np.array(colour)
+        p = tmp_path / f"im{i}.png"
+        Image.fromarray(np.clip(a, 0, 255).astype(np.uint8)).save(p)
+        paths.append(str(p))
+    bad = tmp_path / "broken.png"
+    bad.write_bytes(b"\x89PNG\r\n\x1a\nnot really")
+    return paths, str(bad)
+
+
+def invoke(*args):
+    res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert res.exit_code == 0, res.output
+    return res
+
+
+def test_caption_json(images):
+    from captioner.datasets import get_dataset
+
+    paths, bad = images
+    res = invoke("caption", *paths, bad, "--top-k", "3", "--no-decode", "--json", *FAKE)
+    data = json.loads(res.stdout)
+    assert data["rotation"] == "paired" and len(data["results"]) == 2 and len(data["skipped"]) == 1
+    train = set(get_dataset("tuxpaint", split="train").captions())
+    for r in data["results"]:
+        assert r["image"] in paths and len(r["retrieved"]) == 3
+        assert r["caption"] == r["retrieved"][0]["caption"] and r["caption"] in train
+    assert "warning: skipped" in res.stderr and "broken.png" in res.stderr
+
+
+def test_caption_text_output_and_pairfree(images):
+    paths, _ = images
+    res = invoke("caption", paths[0], "--rotation", "pairfree", "-k", "2", "--no-decode", *FAKE)
+    lines = res.stdout.strip().splitlines()
+    assert lines[0].startswith(paths[0] + ": ") and len(lines) == 3 and lines[1].lstrip().startswith("1.")
+
+
+def test_classify_labels_and_label_set(images):
+    paths, _ = images
+    data = json.loads(invoke("classify", paths[0], "--labels", "cat,fire truck,frog", "--json", *FAKE).stdout)
+    assert data["n_classes"] == 3 and len(data["results"][0]["labels"]) == 3
+    assert {x["label"] for x in data["results"][0]["labels"]} == {"cat", "fire truck", "frog"}
+    data = json.loads(invoke("classify", paths[0], "--label-set", "tuxpaint", "-k", "5", "--json", *FAKE).stdout)
+    assert data["n_classes"] == 15 and len(data["results"][0]["labels"]) == 5
+    assert data["results"][0]["labels"][0]["label"] in {"animals", "vehicles", "food", "town", "plants", "people",
+                                                        "clothes", "hobbies", "household", "medical", "military",
+                                                        "naturalforces", "seasonal", "space", "sports"}
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["classify", "{img}", "--labels", "cat,Cat"], "error: duplicate label 'Cat'"),
+    (["classify", "{img}", "--labels", "cat"], "error: zero-shot classification needs at least two classes"),
+    (["caption", "{bad}", "--no-decode"], "error: no images left after skipping 1 bad file(s)"),
+])
+def test_bad_input_is_one_line(images, capsys, args, msg):
+    paths, bad = images
+    args = [a.format(img=paths[0], bad=bad) for a in args]
+    with pytest.raises(SystemExit) as e:
+        main(args + FAKE)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-1].startswith(msg) and not any("Traceback" in line for line in err)
+
+
+@pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
+def test_eval_coco_writes_coco_results_and_both_cider_scales(tmp_path):
+    from captioner.datasets import get_dataset
+
+    out = tmp_path / "run"
+    res = invoke("eval", "coco", "--no-meteor", "--json", "--out", str(out), *FAKE)
+    data = json.loads(res.stdout)
+    m = data["metrics"]
+    test = get_dataset("tuxpaint", split="test")
+    assert m["n_images"] == len(test) and data["bank_size"] > 300
+    assert m["CIDEr_x100"] == pytest.approx(100 * m["CIDEr"]) and 0 <= m["CIDEr"] <= 10
+    assert m["SPICE"] is None or isinstance(m["SPICE"], float)
+    rows = json.loads((out / "results.json").read_text())
+    assert len(rows) == len(test) and all(set(r) == {"image_id", "caption"} for r in rows)
+    assert {r["image_id"] for r in rows} == {s.id for s in test.samples}
+    bank_texts = set(get_dataset("tuxpaint", split="train").captions())
+    assert all(r["caption"] in bank_texts for r in rows)  # retrieval: bank captions only, never test ones
+    assert json.loads((out / "metrics.json").read_text())["metrics"]["CIDEr"] == m["CIDEr"]
+
+
+def test_eval_zeroshot_json(tmp_path):
+    data = json.loads(invoke("eval", "zeroshot", "--mode", "paired", "--json", "--out", str(tmp_path / "z.json"),
+                             *FAKE).stdout)
+    assert data["n_classes"] == 15 and 0 <= data["top1"] <= data["top5"] <= 1
+    assert data["chance_top1"] == pytest.approx(1 / 15)
+    assert json.loads((tmp_path / "z.json").read_text())["top1"] == data["top1"]
+    data = json.loads(invoke("eval", "zeroshot", "--mode", "cluster", "--json", *FAKE).stdout)
+    assert sorted(data["perm"]) == list(range(15)) and data["pairing"].startswith("none")
+
+
+def test_eval_coco_missing_root_is_an_error(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "coco", "--coco-root", str(tmp_path / "nowhere"), *FAKE])
+    assert e.value.code == 2 and "no such folder" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
+def test_report_writes_markdown_and_json(tmp_path):
+    res = invoke("report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path), *FAKE)
+    assert "| retrieval | paired Procrustes" in res.stdout and "CIDEr (x100)" in res.stdout
+    data = json.loads((tmp_path / "report.json").read_text())
+    assert len(data["captioning"]) == 11 and len(data["zeroshot"]) == 5
+    assert (tmp_path / "report.md").read_text().startswith("## Results on tuxpaint/test")
+
+
+@pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
+def test_eval_coco_on_a_karpathy_format_folder(tmp_path):
+    """The --coco-root path on a miniature dataset_coco.json: integer image ids, several references each,
+    the bank built from the train split only."""
+    words = ["red", "green", "blue", "yellow", "purple", "orange", "white", "black", "pink", "brown"]
+    things = ["cat", "dog", "bus", "boat"]
+    images, rng = [], np.random.default_rng(0)
+    (tmp_path / "val2014").mkdir()
+    for i in range(40):
+        w, t = words[i % 10], things[i // 10]
+        name = f"COCO_val2014_{i:012d}.jpg"
+        Image.fromarray(rng.integers(0, 256, (32, 32, 3), dtype=np.uint8)).save(tmp_path / "val2014" / name)
+        images.append({"filepath": "val2014", "filename": name, "cocoid": 1000 + i,
+                       "split": "test" if i % 4 == 0 else ("restval" if i % 4 == 1 else "train"),
+                       "sentences": [{"raw": f"A {w} {t} on the street."}, {"raw": f"The {t} is {w}."}]})
+    (tmp_path / "dataset_coco.json").write_text(json.dumps({"images": images}))
+    out = tmp_path / "run"
+    data = json.loads(invoke("eval", "coco", "--coco-root", str(tmp_path), "--no-meteor", "--json", "--out",
+                             str(out), *FAKE).stdout)
+    assert data["dataset"] == "coco" and data["split"] == "test" and data["metrics"]["n_images"] == 10
+    assert data["bank_size"] == 60  # 30 train + restval images x 2 captions, all distinct
+    rows = json.loads((out / "results.json").read_text())
+    assert sorted(r["image_id"] for r in rows) == [1000 + i for i in range(0, 40, 4)]
+    test_caps = {s["raw"] for im in images if im["split"] == "test" for s in im["sentences"]}
+    assert not {r["caption"] for r in rows} & test_caps

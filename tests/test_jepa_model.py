@@ -1,0 +1,140 @@
+"""JEPA building blocks: SIGReg's statistic against known values, regularisers, model shapes."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+
+@pytest.fixture(autouse=True)
+def _one_thread():
+    # tiny tensors on shared cores: one intra-op thread is many times faster than two contended ones
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)
+
+from captioner.jepa import model as M  # noqa: E402
+
+
+def _trapezoid_integral(f, tmax=3.0, knots=17):
+    t = np.linspace(0, tmax, knots)
+    w = np.full(knots, tmax / (knots - 1))
+    w[[0, -1]] /= 2
+    return float(2 * (w * f(t) * np.exp(-t ** 2 / 2)).sum())
+
+
+def test_epps_pulley_of_a_point_mass_is_the_closed_form():
+    # all N samples at 0: phi_N(t) = 1, so T = N * integral (1 - exp(-t^2/2))^2 w(t) dt exactly
+    n = 64
+    got = M.epps_pulley(torch.zeros(n, 3)).numpy()
+    want = n * _trapezoid_integral(lambda t: (1 - np.exp(-t ** 2 / 2)) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5)
+    # a point mass at c: |e^{itc} - e^{-t^2/2}|^2 = 1 - 2 cos(tc) e^{-t^2/2} + e^{-t^2}
+    c = 1.5
+    got = float(M.epps_pulley(torch.full((n, 1), c))[0])
+    want = n * _trapezoid_integral(lambda t: 1 - 2 * np.cos(t * c) * np.exp(-t ** 2 / 2) + np.exp(-t ** 2))
+    assert got == pytest.approx(want, rel=1e-5)
+
+
+def test_sigreg_small_for_gaussian_large_for_collapsed():
+    g = torch.Generator().manual_seed(0)
+    z = torch.randn(512, 32, generator=g)
+    stat = float(M.sigreg(z, slices=512, generator=torch.Generator().manual_seed(1)))
+    # under H0 the expectation is sum_k w_k (1 - exp(-t_k^2)) ~ 1.05 whatever N is
+    assert stat == pytest.approx(M.expected_ep_gaussian(), rel=0.25)
+    assert M.expected_ep_gaussian() == pytest.approx(math.sqrt(2 * math.pi) * (1 - 1 / math.sqrt(3)), rel=0.01)
+    collapsed = float(M.sigreg(torch.zeros(512, 32) + 0.3, generator=torch.Generator().manual_seed(1)))
+    low_rank = float(M.sigreg(torch.randn(512, 2, generator=g) @ torch.randn(2, 32, generator=g) / 4,
+                              generator=torch.Generator().manual_seed(1)))
+    assert collapsed > 100 * stat
+    assert low_rank > 10 * stat
+    scaled = float(M.sigreg(3 * z, slices=512, generator=torch.Generator().manual_seed(1)))
+    assert scaled > 20 * stat  # the wrong scale is not Gaussian N(0, 1) either
+
+
+def test_sigreg_gradient_spreads_a_collapsed_batch():
+    w = torch.nn.Parameter(torch.randn(128, 4, generator=torch.Generator().manual_seed(0)) * 0.01)
+    opt = torch.optim.Adam([w], lr=0.1)
+    first = None
+    for i in range(60):
+        loss = M.sigreg(w, slices=32, generator=torch.Generator().manual_seed(i))
+        first = float(loss.detach()) if first is None else first
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert first > 30 and float(loss) < 2.0
+    cov = np.cov(w.detach().numpy().T)
+    assert np.all(np.abs(np.diag(cov) - 1) < 0.35)
+
+
+def test_vicreg_and_infonce_known_values():
+    z = torch.randn(4096, 8, generator=torch.Generator().manual_seed(0))
+    assert float(M.vicreg_reg(z, z)) < 0.3                    # unit variance, near-zero covariance
+    assert float(M.vicreg_reg(z * 0, z * 0)) == pytest.approx(25.0 * (1 - math.sqrt(1e-4)), rel=1e-4)
+    # identical, well separated predictions and targets: InfoNCE ~ 0; all equal: log N
+    e = torch.eye(16) * 10
+    assert float(M.info_nce(e, e, temperature=0.1)) < 1e-3
+    assert float(M.info_nce(torch.ones(16, 4), torch.ones(16, 4))) == pytest.approx(math.log(16), rel=1e-5)
+
+
+@pytest.mark.parametrize("kind", M.KINDS)
+def test_models_build_and_embed_shapes(kind):
+    text = M.TextConfig(dim=32, layers=1, heads=2, max_len=16, embed_dim=8, proj_hidden=16)
+    image = M.ImageConfig(image_size=16, channels=[8, 16], pool="flatten", embed_dim=8, proj_hidden=16)
+    m = M.build_model(kind, text, image, M.ObjectiveConfig(pred_hidden=16, sigreg_slices=16))
+    if kind == "image-jepa":
+        x = torch.rand(4, 3, 16, 16)
+        assert m.embed(x).shape == (4, 8)
+        out = m((x,), (x.flip(-1),))
+    else:
+        ids = torch.randint(1000, 2000, (4, 10))
+        mask = torch.ones(4, 10, dtype=torch.bool)
+        mask[0, 6:] = False
+        assert m.embed(ids, mask).shape == (4, 8 if kind == "text-jepa" else 32)
+        out = m((ids, mask), (ids, mask)) if kind == "text-jepa" else m(ids, mask)
+    assert out["loss"].ndim == 0 and torch.isfinite(out["loss"])
+
+
+def test_padding_does_not_change_text_embeddings():
+    # a right-padded row must embed exactly as the unpadded one (bidirectional mask and causal mask)
+    text = M.TextConfig(dim=32, layers=2, heads=2, max_len=16, embed_dim=8, proj_hidden=16)
+    for kind in ("text-jepa", "ntp"):
+        m = M.build_model(kind, text).eval()
+        ids = torch.randint(1000, 2000, (1, 7))
+        padded = torch.cat([ids, torch.zeros(1, 5, dtype=torch.long)], 1)
+        mask = torch.cat([torch.ones(1, 7), torch.zeros(1, 5)], 1).bool()
+        with torch.no_grad():
+            a = m.embed(ids, torch.ones(1, 7, dtype=torch.bool))
+            b = m.embed(padded, mask)
+        torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
+
+
+def test_ntp_restricted_vocab_equals_full_softmax_over_that_vocab():
+    text = M.TextConfig(dim=16, layers=1, heads=2, max_len=8, vocab_size=50)
+    m = M.NextTokenLM(text)
+    ids = torch.tensor([[3, 5, 7, 5, 3, 9]])
+    mask = torch.ones_like(ids, dtype=torch.bool)
+    h = m.backbone(ids, mask)
+    vocab = torch.tensor([3, 5, 7, 9])
+    logits = h[:, :-1] @ m.backbone.tok.weight[vocab].T
+    tgt = torch.tensor([[1, 2, 1, 0, 3]])  # positions of 5, 7, 5, 3, 9 in vocab
+    want = torch.nn.functional.cross_entropy(logits.reshape(-1, 4), tgt.reshape(-1))
+    m.restrict_vocab([9, 3, 7, 5, 3])
+    torch.testing.assert_close(m(ids, mask)["loss"], want)
+
+
+def test_ema_target_moves_towards_online():
+    text = M.TextConfig(dim=16, layers=1, heads=2, max_len=8, embed_dim=4, proj_hidden=8)
+    m = M.TextJEPA(text, M.ObjectiveConfig(target="ema", ema=0.5, pred_hidden=8))
+    p_on = next(m.encoder.parameters())
+    p_t = next(m.target.parameters())
+    assert not p_t.requires_grad and torch.equal(p_on, p_t)
+    with torch.no_grad():
+        p_on.add_(1.0)
+    before = p_t.clone()
+    m.update_target()
+    torch.testing.assert_close(p_t, 0.5 * before + 0.5 * p_on.detach())

