@@ -125,6 +125,8 @@ def main(argv=None):
     ap.add_argument("--decoder", default=None,
                     help="a trained decoder checkpoint (.pt) to decode with instead of training one on first use; "
                          "decoding speed depends on the preset and beam, not on the corpus it was trained on")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="torch threads while timing (default: the demo's SERVING_TORCH_THREADS)")
     ap.add_argument("--out", default=None, help="write the JSON here as well")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     args = ap.parse_args(argv)
@@ -144,6 +146,10 @@ def main(argv=None):
         pipe.warmup()  # builds everything, the decoder included (trained on first use: minutes)
     # retrieval only: the untimed warm-up requests build the bank and the rotation, and skip the decoder
     load_s = time.perf_counter() - t0
+    from captioner.demo import SERVING_TORCH_THREADS
+
+    if "torch" in sys.modules:  # as the demo does after warm-up
+        sys.modules["torch"].set_num_threads(args.threads or SERVING_TORCH_THREADS)
     paths = example_images()
     if not paths:
         sys.exit("no example images (scikit-image sample photos or Tux Paint stamps); run scripts/setup.sh")

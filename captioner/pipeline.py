@@ -412,9 +412,12 @@ class Pipeline:
              mode: str = "templates"):
         """Zero-shot head (C, D_txt) for a label list (cached per labels and prompts)."""
         from captioner.assets import templates as load_templates
-        from captioner.zeroshot import build_head
+        from captioner.zeroshot import LARGE_LABEL_SET, SHORT_TEMPLATES, build_head
 
-        tpl = list(templates) if templates is not None else load_templates("imagenet1k")
+        if templates is not None:
+            tpl = list(templates)
+        else:  # all 80 ImageNet templates, or CLIP's best 7 for a large label set (first-use cost)
+            tpl = load_templates("imagenet1k") if len(labels) <= LARGE_LABEL_SET else list(SHORT_TEMPLATES)
         key = (tuple(labels), tuple(tpl), tuple(definitions or ()), mode)
         with self._lock:
             if key not in self._heads:
@@ -432,7 +435,8 @@ class Pipeline:
         return ZeroShotClassifier(labels, W, self.rotation(rotation), mu=mu)
 
     def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired") -> list[dict]:
-        """Zero-shot classify images among ``labels`` (prompts: the 80 ImageNet templates, mean-pooled).
+        """Zero-shot classify images among ``labels`` (prompts: the 80 ImageNet templates, mean-pooled; CLIP's
+        7 best of them above 100 labels).
 
         Returns one dict per image: {"labels": [{"label", "prob"}, ... top_k], "timings_ms": {"encode",
         "rotate_retrieve"}}.

@@ -23,6 +23,11 @@ TUXPAINT_CLASSNAMES = {
     "naturalforces": "natural force", "people": "person", "plants": "plant", "seasonal": "holiday decoration",
     "space": "space object", "sports": "sports item", "town": "building", "vehicles": "vehicle",
 }
+# The 7 of the 80 ImageNet templates that CLIP's authors found to ensemble best: used for large label sets
+# (1000 classes x 80 templates is 80k sentences to embed on first use; x 7 is 7k).
+SHORT_TEMPLATES = ["itap of a {c}.", "a bad photo of the {c}.", "a origami {c}.", "a photo of the large {c}.",
+                   "a {c} in a video game.", "art of the {c}.", "a photo of the small {c}."]
+LARGE_LABEL_SET = 100
 DEFAULT_LOGIT_SCALE = 100.0  # CLIP's learned temperature; cosines here are as spread as CLIP's
 
 

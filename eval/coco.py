@@ -94,9 +94,11 @@ def score_captions(preds: dict, refs: dict, spice: str = "auto", meteor: bool = 
         gts = {k: list(refs[k]) for k in ids}
         res = {k: [preds[k]] for k in ids}
     else:
-        # Tokenise references and predictions in one Java call each (a JVM start is ~1 s).
-        gts = tokenize({k: [r for r in refs[k] if r and r.strip()] for k in ids})
-        res = tokenize({k: [preds[k]] for k in ids})
+        # References and predictions in one Java call (a JVM start costs a second or more).
+        both = tokenize({**{("r", k): [r for r in refs[k] if r and r.strip()] for k in ids},
+                         **{("p", k): [preds[k]] for k in ids}})
+        gts = {k: both[("r", k)] for k in ids}
+        res = {k: both[("p", k)] for k in ids}
     out: dict = {"n_images": len(ids), "notes": []}
     with contextlib.redirect_stdout(io.StringIO()):  # Bleu prints its ratio; --json owns stdout
         bleu, _ = Bleu(4).compute_score(gts, res, verbose=0)

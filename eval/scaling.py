@@ -31,9 +31,10 @@ class ScalingConfig:
     ns: list = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])   # samples seen
     seeds: list = field(default_factory=lambda: [0, 1, 2])
     batch_size: int = 32
-    embed_dim: int = 16
+    lr: float = 4e-3              # as the scene lab
+    embed_dim: int = 12           # the scene lab's LATENT_DIM
     n_train: int = 3000           # scene-lab training scenes (text corpus and image renders)
-    n_test: int = 300             # held-out (render, caption) pairs
+    n_test: int = 324             # held-out (render, caption) pairs: every scene-lab scene once
     image_steps: int = 300
     image_batch: int = 64
     k: int = 10
@@ -58,9 +59,9 @@ def power_law(n, a_inf, b, c):
     return a_inf - b * np.power(np.asarray(n, np.float64), -c)
 
 
-def fit_power_law(ns, ys, sigma=None) -> dict:
-    """Least-squares fit of a(n) = a_inf - b n^-c (scipy.optimize.curve_fit, bounded: 0 <= a_inf <= 1.5,
-    b >= 0, 0.01 <= c <= 3).
+def fit_power_law(ns, ys, sigma=None, a_max: float = 1.0) -> dict:
+    """Least-squares fit of a(n) = a_inf - b n^-c (scipy.optimize.curve_fit, bounded: 0 <= a_inf <= a_max,
+    b >= 0, 0.01 <= c <= 3; a_max = 1 because alignment scores are at most 1).
 
     n is rescaled by its smallest value inside the fit, so b refers to n_min and the problem stays well
     conditioned; the returned ``b`` is converted back to the original n.
@@ -83,8 +84,8 @@ def fit_power_law(ns, ys, sigma=None) -> dict:
     n0 = ns.min()
     x = ns / n0
     top = float(ys.max())
-    p0 = (min(1.5, top + 0.05), max(1e-3, top + 0.05 - float(ys[np.argmin(ns)])), 0.5)
-    (a, bs, c), _ = curve_fit(power_law, x, ys, p0=p0, sigma=sigma, bounds=([0.0, 0.0, 0.01], [1.5, np.inf, 3.0]),
+    p0 = (min(a_max, top + 0.05), max(1e-3, top + 0.05 - float(ys[np.argmin(ns)])), 0.5)
+    (a, bs, c), _ = curve_fit(power_law, x, ys, p0=p0, sigma=sigma, bounds=([0.0, 0.0, 0.01], [a_max, np.inf, 3.0]),
                               maxfev=20000)
     rmse = float(np.sqrt(np.mean((power_law(x, a, bs, c) - ys) ** 2)))
     return {"a_inf": float(a), "b": float(bs * n0 ** c), "c": float(c), "rmse": rmse}
@@ -142,7 +143,7 @@ def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_cap
 
     steps = max(1, n // cfg.batch_size)
     tc = resolve_config(method, cfg.model_preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size,
-                        seed=seed, save_every=max(1, steps // 4), warmup=max(1, steps // 10),
+                        seed=seed, lr=cfg.lr, save_every=max(1, steps // 4), warmup=max(1, steps // 10),
                         text={"embed_dim": cfg.embed_dim})
     if data is None:
         data = (V.TokenViews(corpus, tc.text.max_len, warn=False) if method == "text-jepa"
@@ -196,8 +197,8 @@ def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
         fg, fb = out["methods"][good].get("fit_all", {}), out["methods"][bad].get("fit_all", {})
         pts_b = out["methods"][bad]["points"]
         if "a_inf" in fg and "a_inf" in fb and pts_b:
-            target = pts_b[-1]["mean"]           # the best alignment NTP reached, at its largest n
-            n_bad = pts_b[-1]["n"]
+            best = max(pts_b, key=lambda p: p["mean"])   # the best alignment NTP reached, and where
+            target, n_bad = best["mean"], best["n"]
             n_good = samples_for(target, fg)
             n_min = out["methods"][good]["points"][0]["n"]
             out["ratio"] = {"alignment": target, "n_ntp": n_bad, "n_jepa": n_good,
@@ -219,6 +220,7 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     colours = {"text-jepa": "tab:blue", "ntp": "tab:red"}
@@ -239,6 +241,9 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
             ax.scatter([h["n"]], [h["predicted"]], s=80, facecolors="none", edgecolors=col, zorder=5)
     ax.axhline(cfg.k / (cfg.n_test - 1), color="grey", lw=0.8, ls=":", label="chance")
     ax.set_xscale("log")
+    ticks = sorted({r["n"] for r in runs})
+    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("training samples seen")
     ax.set_ylabel(f"mutual {cfg.k}-NN with the image JEPA")
     ax.set_title(f"scene lab alignment scaling ({cfg.name})")
@@ -349,7 +354,7 @@ def format_table(res: dict) -> str:
     r = res.get("ratio")
     if r:
         ratio = r["ratio_ntp_over_jepa"]
-        lines += ["", f"Equal alignment {r['alignment']:.3f} (NTP's best, at n={r['n_ntp']}): the JEPA law reaches "
+        lines += ["", f"Equal alignment {r['alignment']:.3f} (NTP's best, reached at n={r['n_ntp']}): the JEPA law reaches "
                   f"it at n={_f(r['n_jepa'], 0)}"
                   + (" (extrapolated below the smallest n)" if r["jepa_extrapolated"] else "")
                   + f" -> sample ratio NTP / JEPA = {_f(ratio, 1)}x."]

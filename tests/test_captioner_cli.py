@@ -149,10 +149,17 @@ def test_eval_coco_missing_root_is_an_error(capsys, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
 def test_report_writes_markdown_and_json(tmp_path):
-    res = invoke("report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path), *FAKE)
+    res = invoke("report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path), "--rotations",
+                 "paired,text", "--zeroshot-modes", "paired,cluster", *FAKE)
     assert "| retrieval | paired Procrustes" in res.stdout and "CIDEr (x100)" in res.stdout
     data = json.loads((tmp_path / "report.json").read_text())
-    assert len(data["captioning"]) == 11 and len(data["zeroshot"]) == 5
+    # 2 captioners x 2 rotations + the decoder fed the reference embedding directly
+    assert [(r["captioner"], r["rotation"]) for r in data["captioning"]] == [
+        ("retrieval", "paired"), ("retrieval", "text"), ("decoder", "paired"), ("decoder", "text"),
+        ("decoder-direct", "text")]
+    assert [z["mode"] for z in data["zeroshot"]] == ["paired", "cluster"]
+    for r in data["captioning"]:
+        assert (tmp_path / "runs" / r["name"] / "results.json").exists()
     assert (tmp_path / "report.md").read_text().startswith("## Results on tuxpaint/test")
 
 
@@ -181,3 +188,32 @@ def test_eval_coco_on_a_karpathy_format_folder(tmp_path):
     assert sorted(r["image_id"] for r in rows) == [1000 + i for i in range(0, 40, 4)]
     test_caps = {s["raw"] for im in images if im["split"] == "test" for s in im["sentences"]}
     assert not {r["caption"] for r in rows} & test_caps
+
+
+def test_eval_zeroshot_imagenet100_folders(tmp_path, capsys):
+    from captioner.datasets import imagenet100_classes
+
+    classes = imagenet100_classes()
+    assert len(classes) == 100 and classes[0] == ("n02869837", "poke bonnet")
+    rng = np.random.default_rng(0)
+    for wnid, _ in classes[:2]:
+        (tmp_path / "val" / wnid).mkdir(parents=True)
+        for j in range(3):
+            Image.fromarray(rng.integers(0, 256, (16, 16, 3), dtype=np.uint8)).save(tmp_path / "val" / wnid / f"{j}.png")
+    data = json.loads(invoke("eval", "zeroshot", "-d", "imagenet100", "--root", str(tmp_path), "--prompts", "both",
+                             "--json", *FAKE).stdout)
+    assert data["n_classes"] == 100 and data["n_images"] == 6 and data["prompts"] == "both"
+    with pytest.raises(SystemExit):
+        main(["eval", "zeroshot", "-d", "imagenet100", "--root", str(tmp_path), "--mode", "cluster", *FAKE])
+    assert "needs at least as many images (6) as classes (100)" in capsys.readouterr().err
+
+
+def test_named_label_sets_have_unique_labels():
+    from captioner.commands.caption import named_label_set
+
+    labels, prompts = named_label_set("imagenet1k")
+    assert len(labels) == 1000 and len({x.lower() for x in labels}) == 1000
+    # the two "missile" classes keep their plain name in the prompts; the label tells them apart
+    assert prompts.count("missile") == 2 and "missile (n04008634)" in labels
+    labels, prompts = named_label_set("tuxpaint")
+    assert "naturalforces" in labels and prompts[labels.index("naturalforces")] == "natural force"

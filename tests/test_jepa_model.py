@@ -66,7 +66,7 @@ def test_sigreg_gradient_spreads_a_collapsed_batch():
         opt.zero_grad()
         loss.backward()
         opt.step()
-    assert first > 30 and float(loss) < 2.0
+    assert first > 30 and float(loss.detach()) < 2.0
     cov = np.cov(w.detach().numpy().T)
     assert np.all(np.abs(np.diag(cov) - 1) < 0.35)
 

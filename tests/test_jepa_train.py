@@ -18,6 +18,8 @@ def _one_thread():
     yield
     torch.set_num_threads(old)
 
+from jepa_fakes import FakeTokenizer  # noqa: E402
+
 from captioner.errors import CaptionerError  # noqa: E402
 from captioner.jepa import views as V  # noqa: E402
 from captioner.jepa.train import (  # noqa: E402
@@ -28,7 +30,6 @@ from captioner.jepa.train import (  # noqa: E402
     resolve_config,
     train,
 )
-from jepa_fakes import FakeTokenizer  # noqa: E402
 
 SMALL_TEXT = {"dim": 32, "layers": 1, "heads": 2, "max_len": 24, "embed_dim": 8, "proj_hidden": 32}
 SMALL_OBJ = {"pred_hidden": 32, "sigreg_slices": 32}
@@ -51,8 +52,8 @@ def _data(kind="text-jepa", corpus=None):
     corpus = corpus or _corpus()
     tok = FakeTokenizer()
     if kind == "ntp":
-        return V.TokenDocuments(corpus, SMALL_TEXT["max_len"], tokenizer=tok)
-    return V.TokenViews(corpus, SMALL_TEXT["max_len"], tokenizer=tok)
+        return V.TokenDocuments(corpus, SMALL_TEXT["max_len"], tokenizer=tok, warn=False)
+    return V.TokenViews(corpus, SMALL_TEXT["max_len"], tokenizer=tok, warn=False)
 
 
 def _clean_corpus(n=40):
@@ -68,7 +69,7 @@ def _view_retrieval(model, corpus) -> float:
 
     flat = [t for v in corpus.scenes for t in v]
     labels = np.repeat(np.arange(len(corpus.scenes)), [len(v) for v in corpus.scenes])
-    ids, _ = tokenize(flat, SMALL_TEXT["max_len"], tokenizer=FakeTokenizer())
+    ids, _ = tokenize(flat, SMALL_TEXT["max_len"], tokenizer=FakeTokenizer(), warn=False)
     x, m = pad(ids)
     model.eval()
     with torch.no_grad():
@@ -80,32 +81,31 @@ def _view_retrieval(model, corpus) -> float:
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(reason='thresholds not reached in 60 tiny steps on a loaded 2-core CPU (0.574 -> 0.535); to retune', strict=False)
 def test_text_jepa_loss_falls_and_run_folder_is_complete(tmp_path):
     from captioner.jepa.model import build_model
 
     corpus = _clean_corpus()
-    cfg = _text_cfg(steps=60, save_every=30)
+    cfg = _text_cfg(steps=100, save_every=50)
     s = train(cfg, tmp_path / "run", data=_data(corpus=corpus), progress=False)
     log = read_log(tmp_path / "run")
-    assert [r["step"] for r in log] == list(range(1, 61))
+    assert [r["step"] for r in log] == list(range(1, 101))
     first, last = np.mean([r["loss"] for r in log[:10]]), np.mean([r["loss"] for r in log[-10:]])
-    assert last < 0.97 * first, (first, last)                       # measured: 0.576 -> 0.442
+    assert last < 0.7 * first, (first, last)                        # measured: 0.574 -> 0.333
     assert np.mean([r["reg"] for r in log[-10:]]) < 0.5 * log[0]["reg"]   # SIGReg spread the batch out
     conf = json.loads((tmp_path / "run" / "config.json").read_text())
     assert conf["kind"] == "text-jepa" and conf["preset"] == "tiny" and conf["text"]["dim"] == 32
     assert conf["params"] == s["params"] > 0
     ck = load_checkpoint(tmp_path / "run")
-    assert ck["step"] == 60 and ck["config"]["steps"] == 60
+    assert ck["step"] == 100 and ck["config"]["steps"] == 100
     assert {"model", "optimizer", "rng", "config"} <= set(ck)
-    assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 60
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["step"] == 100
     # what was learned: views of one scene end up nearest each other far more often than at init
     trained = build_model("text-jepa", cfg.text, obj=cfg.objective)
     trained.load_state_dict(ck["model"])
     torch.manual_seed(0)
     untrained = build_model("text-jepa", cfg.text, obj=cfg.objective)
     a, b = _view_retrieval(trained, corpus), _view_retrieval(untrained, corpus)
-    assert a > 0.12 and a > 1.8 * b, (a, b)                         # measured: 0.16 vs 0.07 (chance 0.02)
+    assert a > 0.18 and a > 2 * b, (a, b)                           # measured: 0.25 vs 0.08 (chance 0.02)
 
 
 @pytest.mark.slow
@@ -226,7 +226,7 @@ def test_views_batches_pair_two_different_views_of_one_scene():
     corpus = V.ViewsCorpus("t", [[f"scene {i} view {j}" for j in range(3)] for i in range(5)])
     tv = V.TokenViews(corpus, 16, tokenizer=FakeTokenizer())
     b = tv.batch(np.random.default_rng(0), 64)
-    (a, ma), (c, mc) = b["view_a"], b["view_b"]
+    (a, _), (c, _) = b["view_a"], b["view_b"]
     tok = FakeTokenizer()
     scene_id = {tok._word(str(i)): i for i in range(5)}
     view_id = {tok._word(str(j)): j for j in range(3)}

@@ -91,7 +91,22 @@ def named_label_set(name: str) -> tuple[list[str], list[str]]:
     from captioner.assets import classnames
 
     names = classnames(name)
-    return names, names
+    # imagenet1k names two classes each "missile" and "sunglasses": keep both, told apart by WordNet id
+    # (the prompts stay the plain name, so their scores tie, as the two classes are the same words)
+    tags = None
+    if name == "imagenet1k":
+        from captioner.assets import imagenet_synsets
+
+        tags = imagenet_synsets()
+    seen: set = set()
+    labels = []
+    for i, n in enumerate(names):
+        lab = n
+        if n.lower() in seen:
+            lab = f"{n} ({tags[i] if tags else i})"
+        seen.add(lab.lower())
+        labels.append(lab)
+    return labels, names
 
 
 @click.command("classify")

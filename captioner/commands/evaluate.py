@@ -145,9 +145,14 @@ def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encode
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--meteor/--no-meteor", default=True, show_default=True)
 @click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
+@click.option("--rotations", default="paired,pairfree,ridge,random,text", show_default=True,
+              help="Comma-separated rotations (text = the text-only ceiling).")
+@click.option("--captioners", default="retrieval,decoder", show_default=True)
+@click.option("--zeroshot-modes", default="paired,pairfree,cluster,ridge,random", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the Markdown.")
 @click.option("--quiet", "-q", is_flag=True)
-def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, as_json, quiet):
+def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, rotations, captioners,
+               zeroshot_modes, as_json, quiet):
     """Write the results table (Markdown + JSON) on the embedded Tux Paint test split: each captioner
     (retrieval; DeCap projection + decoder) x rotation (paired Procrustes, pair-free, ridge, random), the
     text-only ceiling, and zero-shot accuracy on the Tux Paint categories."""
@@ -157,7 +162,18 @@ def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset,
                                      decoder_preset=decoder_preset)
     out = Path(out) if out else _runs_dir("report")
     t0 = time.time()
-    rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet)
+    def names(v, allowed, what):
+        got = [x.strip() for x in v.split(",") if x.strip()]
+        bad = [x for x in got if x not in allowed]
+        if bad:
+            raise click.BadParameter(f"unknown {what} {bad[0]!r}; choose from {', '.join(allowed)}")
+        return tuple(got)
+
+    rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet,
+                       rotations=names(rotations, ROTATION_CHOICES, "rotation"),
+                       captioners=names(captioners, ("retrieval", "decoder"), "captioner"),
+                       zeroshot_modes=names(zeroshot_modes, ("paired", "pairfree", "cluster", "ridge", "random"),
+                                            "zero-shot mode"))
     if as_json:
         click.echo(json.dumps(rep["json"], indent=2))
         return

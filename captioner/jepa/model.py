@@ -38,6 +38,7 @@ class ImageConfig:
     image_size: int = 32
     channels: list = field(default_factory=lambda: [32, 64, 128])   # cnn: one stride-2 stage each
     pool: str = "mean"             # cnn: "mean" (global average) | "flatten" (keeps where things are) | both
+    norm: str = "batch"            # cnn: "batch" | "group" (per-image: erases absolute levels, e.g. colour)
     patch: int = 4                 # vit
     dim: int = 64                  # vit width
     layers: int = 2                # vit
@@ -192,15 +193,21 @@ def masked_mean(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
 
 
 class CNNBackbone(nn.Module):
-    """Stride-2 conv stages (conv-GroupNorm-GELU x2 each), then a global average pool (B, C), the
+    """Stride-2 conv stages (conv-norm-GELU x2 each), then a global average pool (B, C), the
     flattened final map (B, C * H' * W') or both concatenated. (B, 3, H, W) -> (B, out_dim)."""
 
     def __init__(self, cfg: ImageConfig):
         super().__init__()
         layers, c_in = [], 3
+        if cfg.norm not in ("batch", "group"):
+            raise ValueError(f"cnn norm must be 'batch' or 'group', not {cfg.norm!r}")
+
+        def norm(c):
+            return nn.BatchNorm2d(c) if cfg.norm == "batch" else nn.GroupNorm(min(8, c), c)
+
         for c in cfg.channels:
-            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), nn.GroupNorm(8, c), nn.GELU(),
-                       nn.Conv2d(c, c, 3, padding=1), nn.GroupNorm(8, c), nn.GELU()]
+            layers += [nn.Conv2d(c_in, c, 3, stride=2, padding=1), norm(c), nn.GELU(),
+                       nn.Conv2d(c, c, 3, padding=1), norm(c), nn.GELU()]
             c_in = c
         self.net = nn.Sequential(*layers)
         self.pool = cfg.pool

@@ -184,6 +184,7 @@ class LabConfig:
     image_steps: int = 400
     text_steps: int = 400
     batch_size: int = 64
+    lr: float = 4e-3
     embed_dim: int = LATENT_DIM    # both JEPAs: the dimension of the view kernel's leading eigenspace
     k: int = 10
     seed: int = 0
@@ -281,8 +282,8 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
-                        save_every=steps, text={"embed_dim": cfg.embed_dim}, image={"embed_dim": cfg.embed_dim},
-                        **over)
+                        lr=cfg.lr, save_every=max(1, steps // 4), text={"embed_dim": cfg.embed_dim},
+                        image={"embed_dim": cfg.embed_dim}, **over)
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
         summary = train(tc, out, resume=True, data=data, progress=progress)

@@ -340,6 +340,9 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     resolved["n_truncated_texts"] = int(getattr(data, "n_truncated", 0))
     if acc.is_main_process:
         atomic_write_json(out / "config.json", resolved)
+    if acc.num_processes > 1:
+        # BatchNorm then normalises over the global batch rather than each process's slice of it
+        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
     model, opt = acc.prepare(model, opt)
     raw = acc.unwrap_model(model)
 
