@@ -18,8 +18,10 @@ setup-dev:
 eval: setup
 	$(PY) -m captioner eval coco --rotation paired --json
 	$(PY) -m captioner eval coco --rotation pairfree --json
+	$(PY) -m captioner eval coco --rotation head --json
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode paired --json
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode pairfree --json
+	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode head --json
 
 # The whole test suite, slow (real models, training) and browser tests included.
 test: setup-dev

@@ -6,6 +6,8 @@ Every map is fitted on the train split and scored on the test split:
   ``--dim`` (the dimension the pair-free matchers work in);
 * ridge (train pairs; the non-orthogonal least-squares map);
 * random rotation (the floor; mean and spread over ``--random-seeds`` seeds);
+* pair-free via the image encoder's classifier head (``head``): the ImageNet head's class probabilities of
+  each train image times the text embeddings of the class names give soft targets; Procrustes to them;
 * pair-free, no pairs at all: train images and train captions shuffled independently, then
   ``ours`` (PCA sign search + mutual-NN Procrustes), ``wp`` (coarse-to-fine Wasserstein-Procrustes, mean and
   spread over ``--seeds``) and POT's entropic Gromov-Wasserstein (``gw``).
@@ -56,6 +58,22 @@ def evaluate(rot, img, txt, k: int = 10) -> dict:
     return {"R@1": rec["R@1"], "R@5": rec["R@5"], "R@10": rec["R@10"], "median_rank": rec["median_rank"],
             "chance@1": rec["chance@1"], "mutual_knn": mutual_knn(rot.transform(X), Y, k=k),
             "n_queries": rec["n_queries"], "n_keys": rec["n_keys"]}
+
+
+def head_rotation_scores(itr, ttr, ite, tte, meta) -> dict:
+    """The ``head`` rotation (captioner.pipeline): train images x the image encoder's ImageNet head, class
+    names embedded by the text encoder, Procrustes to the soft targets, centred on the train captions."""
+    from alignment.pseudo import DEFAULT_TEMPERATURE, fit_head_rotation
+    from captioner.encoders import get_encoder
+    from captioner.encoders.heads import classifier_head
+    from captioner.pipeline import HEAD_PROMPT
+
+    t = time.time()
+    W, b, names = classifier_head(get_encoder(itr.meta["encoder"]["name"]))
+    E = get_encoder(ttr.meta["encoder"]["name"]).encode([HEAD_PROMPT.format(c=n) for n in names])
+    rot = fit_head_rotation(itr.X, itr.X @ W.T + b, E, DEFAULT_TEMPERATURE, text_mean=ttr.X.mean(0), **meta)
+    return {**evaluate(rot, ite, tte), "seconds": round(time.time() - t, 1), "temperature": DEFAULT_TEMPERATURE,
+            "head": rot.meta["fit"]["head"]}
 
 
 def _summary(runs: list) -> dict:
@@ -123,6 +141,8 @@ def run(dim: int = 32, seeds: int = 3, random_seeds: int = 20, gw: bool = True, 
                 "train_match_accuracy": _pair_accuracy(r, itr, ttr, xi, yi),
                 "unsupervised": {k: r.info[k] for k in ("mutual_rate", "ot_cost") if k in r.info}}
 
+    log("pair-free: classifier-head pseudo-pairs")
+    maps["pair-free head (classifier pseudo-pairs)"] = head_rotation_scores(itr, ttr, ite, tte, meta)
     log("pair-free: ours")
     maps[f"pair-free ours (dim {dim})"] = pairfree("ours", 0, dim=dim)
     wp_runs = []

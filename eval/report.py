@@ -10,6 +10,7 @@ from captioner.paths import atomic_write_bytes, atomic_write_json
 ROTATION_LABELS = {
     "paired": "paired Procrustes (train pairs)",
     "pairfree": "pair-free match (no pairs)",
+    "head": "pair-free, classifier-head pseudo-pairs (no pairs)",
     "ridge": "ridge map (train pairs; least-squares reference)",
     "random": "random rotation (floor)",
     "text": "text-only ceiling (reference caption embedding as query)",
@@ -19,8 +20,8 @@ CAPTIONER_LABELS = {"retrieval": "retrieval", "decoder": "projection + decoder",
 
 
 def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = True,
-                 rotations=("paired", "pairfree", "ridge", "random", "text"),
-                 captioners=("retrieval", "decoder"), zeroshot_modes=("paired", "pairfree", "cluster", "ridge", "random"),
+                 rotations=("paired", "pairfree", "head", "ridge", "random", "text"),
+                 captioners=("retrieval", "decoder"), zeroshot_modes=("paired", "pairfree", "head", "cluster", "ridge", "random"),
                  ) -> dict:
     """Run the evaluations and write ``report.md`` and ``report.json`` under ``out_dir``.
 

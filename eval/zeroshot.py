@@ -4,6 +4,8 @@ Modes:
 
 - ``paired``: the Procrustes rotation fitted on Tux Paint train pairs, then cosine against the class head;
 - ``pairfree``: the rotation from the pair-free matcher (no image-text pair anywhere);
+- ``head``: the rotation from pseudo-pairs of the image encoder's classifier head (no image-text pair from
+  the data; the head's ImageNet class names are the only link);
 - ``cluster``: no rotation either: k-means on the evaluated images, clusters matched to classes by the
   quadratic-assignment solver on the two similarity structures (the Blind Match setting);
 - ``ridge`` / ``random``: the least-squares reference and the random floor.
@@ -19,7 +21,7 @@ import numpy as np
 
 from captioner.errors import CaptionerError
 
-MODES = ("paired", "pairfree", "cluster", "ridge", "random")
+MODES = ("paired", "pairfree", "head", "cluster", "ridge", "random")
 
 
 def topk_accuracy(scores: np.ndarray, y: np.ndarray, ks=(1, 5)) -> dict:
@@ -105,7 +107,8 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         clf = ZeroShotClassifier(labels, W, pipe.rotation(mode), mu=pipe.bank().centered()[0])
         scores = clf.predict_proba(X)
         out["pairing"] = {"paired": "Tux Paint train pairs (Procrustes)", "ridge": "Tux Paint train pairs (ridge)",
-                          "pairfree": "none (pair-free matcher)", "random": "none (random rotation)"}[mode]
+                          "pairfree": "none (pair-free matcher)", "random": "none (random rotation)",
+                          "head": "none (classifier-head pseudo-pairs)"}[mode]
     out.update(topk_accuracy(scores, y))
     C = len(labels)
     out["chance_top1"] = 1.0 / C

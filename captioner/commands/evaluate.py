@@ -9,7 +9,7 @@ import click
 
 from captioner.errors import CaptionerError
 
-ROTATION_CHOICES = ["paired", "pairfree", "ridge", "random", "text"]
+ROTATION_CHOICES = ["paired", "pairfree", "head", "ridge", "random", "text"]
 
 
 def _subset(ds, n: int | None, seed: int = 0):
@@ -106,9 +106,10 @@ def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device
 @click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100"]), default="tuxpaint", show_default=True)
 @click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")
 @click.option("--split", default=None, help="Default: test (tuxpaint), val (imagenet100).")
-@click.option("--mode", "-m", type=click.Choice(["paired", "pairfree", "cluster", "ridge", "random"]),
+@click.option("--mode", "-m", type=click.Choice(["paired", "pairfree", "head", "cluster", "ridge", "random"]),
               default="paired", show_default=True,
-              help="pairfree: the pair-free rotation; cluster: k-means + QAP, no rotation (Blind Match).")
+              help="pairfree: the pair-free rotation; head: the classifier-head pseudo-pair rotation (no pairs); "
+                   "cluster: k-means + QAP, no rotation (Blind Match).")
 @click.option("--prompts", type=click.Choice(["templates", "definitions", "both"]), default="templates",
               show_default=True, help="definitions: WordNet glosses (ImageNet-100 only).")
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
@@ -119,7 +120,7 @@ def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device
 @click.option("--quiet", "-q", is_flag=True)
 def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encoder, device, out, as_json, quiet):
     """Zero-shot top-1 / top-5 accuracy: classes are the mean of their template prompts, renormalised; images
-    are rotated into text space (paired / pairfree / ridge / random) or matched by clusters (cluster)."""
+    are rotated into text space (paired / pairfree / head / ridge / random) or matched by clusters (cluster)."""
     from captioner.paths import atomic_write_json
     from captioner.pipeline import Pipeline
     from eval.zeroshot import evaluate_zeroshot, format_table
@@ -145,10 +146,10 @@ def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encode
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--meteor/--no-meteor", default=True, show_default=True)
 @click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
-@click.option("--rotations", default="paired,pairfree,ridge,random,text", show_default=True,
+@click.option("--rotations", default="paired,pairfree,head,ridge,random,text", show_default=True,
               help="Comma-separated rotations (text = the text-only ceiling).")
 @click.option("--captioners", default="retrieval,decoder", show_default=True)
-@click.option("--zeroshot-modes", default="paired,pairfree,cluster,ridge,random", show_default=True)
+@click.option("--zeroshot-modes", default="paired,pairfree,head,cluster,ridge,random", show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the Markdown.")
 @click.option("--quiet", "-q", is_flag=True)
 def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, rotations, captioners,
@@ -172,7 +173,7 @@ def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset,
     rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet,
                        rotations=names(rotations, ROTATION_CHOICES, "rotation"),
                        captioners=names(captioners, ("retrieval", "decoder"), "captioner"),
-                       zeroshot_modes=names(zeroshot_modes, ("paired", "pairfree", "cluster", "ridge", "random"),
+                       zeroshot_modes=names(zeroshot_modes, ("paired", "pairfree", "head", "cluster", "ridge", "random"),
                                             "zero-shot mode"))
     if as_json:
         click.echo(json.dumps(rep["json"], indent=2))
