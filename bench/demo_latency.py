@@ -12,6 +12,7 @@ under 150 ms) and ``decoded`` (the small decoder on top). The images cycle throu
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import json
 import os
@@ -42,26 +43,76 @@ def _load_factory(spec: str | None):
     return getattr(importlib.import_module(mod), attr or "Pipeline")
 
 
-def run_inprocess(pipe, paths, n, warmup, rotation, decode) -> dict:
-    """Per-stage lists of milliseconds for ``n`` requests after ``warmup`` untimed ones."""
+def _image_backend(pipe):
+    """The pipeline's image encoder when it has a switchable ``backend`` (onnx / torch), else None."""
+    try:
+        enc = pipe.encoder("image")
+    except Exception:  # noqa: BLE001 - a fake pipeline, or one without encoders: no baseline
+        return None
+    return enc if isinstance(getattr(enc, "backend", None), str) else None
+
+
+def _blas_threads() -> int | None:
+    """numpy's BLAS pool size now (threadpoolctl), or None."""
+    try:
+        from threadpoolctl import threadpool_info
+    except ImportError:
+        return None
+    n = [i["num_threads"] for i in threadpool_info() if i.get("user_api") == "blas"]
+    return max(n) if n else None
+
+
+@contextlib.contextmanager
+def _old_path(pipe, enc, blas_threads):
+    """Requests as served before this bench's baseline was added: the image encoder on torch eager, the
+    fitted map's own ``transform`` (not the folded float32 affine) and numpy's BLAS on its default pool."""
+    old_backend = enc.backend
+    enc.backend = "torch"
+    had_attr = "serving_rotation" in vars(pipe)
+    if hasattr(pipe, "serving_rotation"):
+        pipe.serving_rotation = pipe.rotation
+    limit = contextlib.nullcontext()
+    if blas_threads:
+        from threadpoolctl import threadpool_limits
+
+        limit = threadpool_limits(limits=blas_threads, user_api="blas")
+    try:
+        with limit:
+            yield
+    finally:
+        enc.backend = old_backend
+        if not had_attr and "serving_rotation" in vars(pipe):
+            del pipe.serving_rotation
+
+
+def run_inprocess(pipe, paths, n, warmup, rotation, decode, variants=None) -> dict:
+    """Per-stage lists of milliseconds for ``n`` requests after ``warmup`` untimed ones.
+
+    ``variants``: {name: context manager factory}; each request is then made once per variant, the order
+    alternating from request to request, so that a shared machine's load changes hit all alike. Returns
+    {name: per-stage stats}; without ``variants`` just the per-stage stats."""
     from captioner.images import load_image
 
-    rec = {s: [] for s in STAGES}
+    names = list(variants or {"": contextlib.nullcontext})
+    rec = {v: {s: [] for s in STAGES} for v in names}
     for i in range(warmup + n):
         path = paths[i % len(paths)]
-        t0 = time.perf_counter()
-        im = load_image(path)
-        t1 = time.perf_counter()
-        out = pipe.caption([im], top_k=5, rotation=rotation, decode=decode)[0]
-        t2 = time.perf_counter()
-        if i < warmup:
-            continue
-        t = out.get("timings_ms", {})
-        rec["image_decode"].append((t1 - t0) * 1e3)
-        for k in ("encode", "rotate_retrieve", "decode"):
-            rec[k].append(float(t.get(k) or 0.0))
-        rec["total"].append((t2 - t0) * 1e3)
-    return {k: _stats(v) for k, v in rec.items()}
+        for v in (names if i % 2 == 0 else names[::-1]):
+            with (variants or {"": contextlib.nullcontext})[v]():
+                t0 = time.perf_counter()
+                im = load_image(path)
+                t1 = time.perf_counter()
+                out = pipe.caption([im], top_k=5, rotation=rotation, decode=decode)[0]
+                t2 = time.perf_counter()
+            if i < warmup:
+                continue
+            t = out.get("timings_ms", {})
+            rec[v]["image_decode"].append((t1 - t0) * 1e3)
+            for k in ("encode", "rotate_retrieve", "decode"):
+                rec[v][k].append(float(t.get(k) or 0.0))
+            rec[v]["total"].append((t2 - t0) * 1e3)
+    res = {v: {k: _stats(x) for k, x in r.items()} for v, r in rec.items()}
+    return res if variants else res[""]
 
 
 def run_http(pipe, paths, n, warmup, rotation, decode) -> dict:
@@ -107,6 +158,15 @@ def table(result: dict) -> str:
     for mode, stages in result["modes"].items():
         for k, st in stages.items():
             lines.append(f"{mode:<10} {names.get(k, k):<20} {st['median_ms']:>10.1f} {st['p95_ms']:>9.1f}")
+    base = result.get("baseline")
+    if base:
+        for mode, stages in base["modes"].items():
+            for k, st in stages.items():
+                lines.append(f"{'base ' + mode[:5]:<10} {names.get(k, k):<20} {st['median_ms']:>10.1f} "
+                             f"{st['p95_ms']:>9.1f}")
+        for mode, r in base["ratio"].items():
+            lines.append(f"{mode}: baseline ({base['what']}) / now, same run, interleaved: median total "
+                         f"{r['total_median']:.2f}x, median encode {r['encode_median']:.2f}x")
     t = result["target"]
     lines.append(f"load average (1 min) before/after: {result['machine']['loadavg_1m_before_after']}")
     lines.append(f"target: retrieval median < {t['median_ms']:.0f} ms: "
@@ -127,6 +187,8 @@ def main(argv=None):
                          "decoding speed depends on the preset and beam, not on the corpus it was trained on")
     ap.add_argument("--threads", type=int, default=None,
                     help="torch threads while timing (default: the demo's SERVING_TORCH_THREADS)")
+    ap.add_argument("--no-baseline", action="store_true",
+                    help="skip the same-run baseline (the image encoder's torch backend, the path before onnx)")
     ap.add_argument("--out", default=None, help="write the JSON here as well")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     args = ap.parse_args(argv)
@@ -144,22 +206,51 @@ def main(argv=None):
         pipe._decoder = load_decoder(args.decoder, text_encoder=pipe.encoder("text").fingerprint())
     if "decoded" in mode_names:
         pipe.warmup()  # builds everything, the decoder included (trained on first use: minutes)
-    # retrieval only: the untimed warm-up requests build the bank and the rotation, and skip the decoder
-    load_s = time.perf_counter() - t0
-    from captioner.demo import SERVING_TORCH_THREADS
-
-    if "torch" in sys.modules:  # as the demo does after warm-up
-        sys.modules["torch"].set_num_threads(args.threads or SERVING_TORCH_THREADS)
     paths = example_images()
     if not paths:
         sys.exit("no example images (scikit-image sample photos or Tux Paint stamps); run scripts/setup.sh")
+    # retrieval only: one untimed request builds the bank and the rotation (and loads torch), skipping the
+    # decoder; the thread count is set after it, as the demo does after warm-up. (Setting it only when torch
+    # was already imported left a retrieval-only run on torch's default of one thread per core.)
+    from captioner.images import load_image
 
-    modes = {}
+    pipe.caption([load_image(paths[0])], top_k=5, rotation=args.rotation, decode=False)
+    load_s = time.perf_counter() - t0
+    from captioner.demo import SERVING_TORCH_THREADS, set_serving_threads
+
+    blas_before = _blas_threads()
+    torch_before = sys.modules["torch"].get_num_threads() if "torch" in sys.modules else None
+    set_serving_threads(args.threads or SERVING_TORCH_THREADS)
+    enc = None if args.no_baseline else _image_backend(pipe)
+    variants = None
+    if enc is not None and enc.backend != "torch":
+        variants = {"now": contextlib.nullcontext, "baseline": lambda: _old_path(pipe, enc, blas_before)}
+
+    modes, base_modes = {}, {}
     for mode in mode_names:
         decode = {"retrieval": False, "decoded": True}[mode]
-        modes[mode] = run_inprocess(pipe, paths, args.n, args.warmup, args.rotation, decode)
+        r = run_inprocess(pipe, paths, args.n, args.warmup, args.rotation, decode, variants)
+        if variants:
+            modes[mode], base_modes[mode] = r["now"], r["baseline"]
+        else:
+            modes[mode] = r
         if args.http:
             modes[mode].update(run_http(pipe, paths, args.n, args.warmup, args.rotation, decode))
+    baseline = None
+    if base_modes:
+        ort = enc.onnx_model()
+        baseline = {"what": "the old serving path: image encoder on torch eager, the map's own transform, "
+                            f"numpy BLAS on {blas_before or 'its default'} thread(s)",
+                    "now": f"image encoder backend {enc.backend!r} -> "
+                           f"{'onnxruntime' if ort is not None else 'torch'}, folded float32 map, BLAS on "
+                           f"{_blas_threads()} thread(s)",
+                    "onnx_check_rel_error": getattr(ort, "check_error", None),
+                    "modes": base_modes,
+                    "ratio": {m: {"total_median": round(base_modes[m]["total"]["median_ms"]
+                                                       / max(1e-9, modes[m]["total"]["median_ms"]), 2),
+                                  "encode_median": round(base_modes[m]["encode"]["median_ms"]
+                                                         / max(1e-9, modes[m]["encode"]["median_ms"]), 2)}
+                              for m in base_modes}}
 
     try:
         import torch
@@ -170,7 +261,8 @@ def main(argv=None):
     measured = modes.get("retrieval", {}).get("total", {}).get("median_ms", float("nan"))
     result = {
         "benchmark": "demo_latency",
-        "machine": {"cpus": os.cpu_count(), "torch_threads": threads, "platform": platform.platform(),
+        "machine": {"cpus": os.cpu_count(), "torch_threads": threads, "blas_threads": _blas_threads(),
+                    "platform": platform.platform(),
                     "loadavg_1m_before_after": [round(load0, 2), round(os.getloadavg()[0], 2)],
                     "python": platform.python_version()},
         "pipeline": {"class": f"{type(pipe).__module__}.{type(pipe).__name__}",
@@ -180,9 +272,17 @@ def main(argv=None):
                      "decoder": args.decoder or "the pipeline's own"},
         "images": len(paths), "n": args.n, "warmup": args.warmup,
         "modes": modes,
+        "baseline": baseline,
         "target": {"median_ms": TARGET_MEDIAN_MS, "measured_median_ms": measured,
                    "met": bool(measured < TARGET_MEDIAN_MS)},
     }
+    # leave the process as it was (a test calls main() in its own process)
+    if torch_before:
+        sys.modules["torch"].set_num_threads(torch_before)
+    if blas_before:
+        from threadpoolctl import threadpool_limits
+
+        threadpool_limits(limits=blas_before, user_api="blas")
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(result, indent=2) + "\n")

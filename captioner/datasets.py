@@ -190,6 +190,9 @@ SAMPLE_PHOTOS = {
     "hubble_deep_field": "Galaxies in deep space seen by a telescope.",
     "immunohistochemistry": "A stained tissue sample under a microscope.",
 }
+# The scikit-image loader of each photo whose id is not the loader's own name, and which of the arrays it
+# returns is the photo (``stereo_motorcycle()`` gives (left, right, disparity)).
+SAMPLE_LOADERS = {"motorcycle_left": ("stereo_motorcycle", 0)}
 
 
 def samples(split: str = "all") -> CaptionDataset:
@@ -207,14 +210,21 @@ def samples(split: str = "all") -> CaptionDataset:
     for name, cap in SAMPLE_PHOTOS.items():
         path = folder / f"{name}.png"
         if not path.exists():
-            fn = getattr(skd, name, None)
-            if fn is None:
+            loader, index = SAMPLE_LOADERS.get(name, (name, 0))
+            fn = getattr(skd, loader, None)
+            if fn is None:  # an older or newer scikit-image without this photo
                 continue
-            a = fn()
+            try:
+                a = fn()
+            except Exception:  # noqa: BLE001 - a photo scikit-image would have to download: skip it
+                continue
             if isinstance(a, tuple):  # stereo pairs etc.
-                a = a[0]
+                a = a[index]
+            a = np.asarray(a)
+            if a.dtype != np.uint8:  # PNG wants 8-bit (or 16-bit) integers
+                a = np.clip(a * 255.0 if a.dtype.kind == "f" and a.max() <= 1.0 else a, 0, 255).astype(np.uint8)
             tmp = path.with_suffix(".tmp.png")
-            Image.fromarray(np.asarray(a)).save(tmp)
+            Image.fromarray(a).save(tmp)
             os.replace(tmp, path)
         out.append(Sample(id=name, source=str(path), captions=[cap]))
     return CaptionDataset("samples", split, out, root=str(folder))

@@ -50,8 +50,25 @@ QUEUE_MAX_SIZE = 64          # beyond this the page says "queue full" instead of
 # work, two threads that wait on each other made a caption 5x slower (1.3 s vs 0.23 s median at load 7)
 # than one thread. Warm-up (embedding the train set, training the decoder) runs before this applies.
 SERVING_TORCH_THREADS = 1
+# The same goes for numpy's BLAS pool (OpenBLAS): a (1, 1280) x (1280, 384) product took 6-10 ms with two
+# threads on the loaded machine and 0.1 ms on one, so serving limits it too (set_serving_threads).
 
-ROTATION_LABELS = {"paired": "paired (Procrustes)", "pairfree": "pair-free (matcher)"}
+ROTATION_LABELS = {"paired": "paired (Procrustes)", "pairfree": "pair-free (matcher)",
+                   "head": "pair-free (classifier-head pseudo-pairs)"}
+
+
+def set_serving_threads(n: int | None = SERVING_TORCH_THREADS) -> None:
+    """Threads for serving one request at a time: torch's intra-op pool (when torch is loaded; onnxruntime
+    follows it) and numpy's BLAS pools (through threadpoolctl, when installed). ``None`` or 0: leave both."""
+    if not n:
+        return
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(int(n))
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return
+    threadpool_limits(limits=int(n), user_api="blas")
 
 
 class DemoInputError(CaptionerError):
@@ -484,7 +501,8 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
     examples
         Example image paths (default: :func:`example_images`).
     torch_threads
-        ``torch.set_num_threads`` after warm-up, when torch is loaded (None: leave it).
+        Threads after warm-up, for torch when it is loaded and for numpy's BLAS (None: leave them; see
+        :func:`set_serving_threads`).
 
     Returns
     -------
@@ -601,8 +619,7 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                          [al_table, al_plot, al_scaling, al_summary, al_status], api_name="alignment",
                          preprocess=False)
 
-    if torch_threads and "torch" in sys.modules:  # a fake pipeline in tests never loads torch
-        sys.modules["torch"].set_num_threads(int(torch_threads))
+    set_serving_threads(torch_threads)
     app.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
     app.handlers = h
     app.examples = examples

@@ -39,7 +39,8 @@ def to_rgb(im: Image.Image, background=(255, 255, 255)) -> Image.Image:
         im = im.convert("RGBA")
         mode = "RGBA"
     if mode in ("RGBA", "LA", "PA", "RGBa", "La"):
-        im = im.convert("RGBA")
+        if mode != "RGBA":  # (converting RGBA to RGBA would only copy it)
+            im = im.convert("RGBA")
         canvas = Image.new("RGB", im.size, background)
         canvas.paste(im, mask=im.getchannel("A"))
         return canvas

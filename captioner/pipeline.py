@@ -7,6 +7,9 @@ use and cached under ``captioner.paths.home()``:
 - the bank and all embeddings go through the embedding cache (``captioner.cache``);
 - ``paired``: orthogonal Procrustes on the train image-caption pairs;
 - ``pairfree``: ``alignment.pairfree.match`` between the train images and the bank captions, no pairs;
+- ``head``: no image-caption pair either: pseudo-pairs from the image encoder's own classifier head (its
+  ImageNet class probabilities times the text embeddings of the class names, ``alignment.pseudo``), then
+  Procrustes; only for image encoders that have a head (EfficientNet-Lite0);
 - ``ridge`` (the least-squares map from pairs: the one-linear-map reference) and ``random`` (a Haar-random
   rotation between the two PCA bases: the floor), for the evaluation;
 - the decoder, trained on text only (bank captions, emoji names, CuPL sentences) if absent.
@@ -28,8 +31,9 @@ import numpy as np
 
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
 
-PUBLIC_ROTATIONS = ["paired", "pairfree"]
-EVAL_ROTATIONS = ["paired", "pairfree", "ridge", "random"]
+PUBLIC_ROTATIONS = ["paired", "pairfree", "head"]
+EVAL_ROTATIONS = ["paired", "pairfree", "head", "ridge", "random"]
+HEAD_PROMPT = "a photo of a {c}."  # one template: all 7 of CLIP's best cost 7x the time for no gain on val
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
@@ -43,6 +47,26 @@ def _slug(s: str) -> str:
 
 def _hash(obj) -> str:
     return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
+
+
+def decoder_cache_key(text_fingerprint: dict, preset_name: str, overrides: dict | None, texts, E,
+                      vocab_priority: int = 0) -> str:
+    """The hash in a trained decoder's checkpoint name: what the trained weights depend on and nothing else.
+
+    That is the text encoder (its fingerprint: name, dims, pooling, weights hash, settings), the decoder
+    settings as resolved from the preset and overrides (so editing a preset trains anew), the corpus
+    (``captioner.decoder.corpus_hash`` of the texts in order and their embeddings, as ``train_decoder``
+    checks it) and how many leading texts seed the vocabulary. JSON with sorted keys, so no dict order,
+    and no path, time or process state goes in; ``save_every`` (when checkpoints are written) is left out.
+    """
+    from dataclasses import asdict
+
+    from captioner.decoder import corpus_hash, preset
+
+    mcfg, tcfg = preset(preset_name, **dict(overrides or {}))
+    train = {k: v for k, v in asdict(tcfg).items() if k != "save_every"}
+    return _hash({"txt": dict(text_fingerprint), "preset": preset_name, "model": asdict(mcfg), "train": train,
+                  "corpus": corpus_hash(list(texts), E), "n": len(texts), "vocab_priority": int(vocab_priority)})
 
 
 def _ms(t0: float) -> float:
@@ -103,6 +127,7 @@ class Pipeline:
         self._maps: dict = {}
         self._decoder = None
         self._heads: dict = {}
+        self._affine: dict = {}
 
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -117,11 +142,17 @@ class Pipeline:
     @property
     def rotations(self) -> list[str]:
         """Rotations a user picks from (the demo's radio buttons). ``eval_rotations`` adds the references."""
-        return list(PUBLIC_ROTATIONS)
+        return self._available(PUBLIC_ROTATIONS)
+
+    def _available(self, kinds) -> list[str]:
+        """``kinds`` less ``head`` when the image encoder has no classifier head."""
+        from captioner.encoders.heads import has_classifier_head
+
+        return [r for r in kinds if r != "head" or has_classifier_head(self.encoder("image"))]
 
     @property
     def eval_rotations(self) -> list[str]:
-        return list(EVAL_ROTATIONS)
+        return self._available(EVAL_ROTATIONS)
 
     def _log(self, msg: str) -> None:
         if self.progress:
@@ -244,8 +275,22 @@ class Pipeline:
             self._maps[kind] = m
             return m
 
+    def use_rotation(self, kind: str, m) -> None:
+        """Use the map ``m`` as rotation ``kind`` in this pipeline (memory only; e.g. one random seed of many
+        in ``eval/pairfree_margin.py``). ``m`` must map this image encoder's space into this text encoder's."""
+        if kind not in EVAL_ROTATIONS:
+            raise CaptionerError(f"unknown rotation {kind!r}; choose one of {', '.join(EVAL_ROTATIONS)}")
+        if m.dim_x != self.encoder("image").dim or m.dim_y != self.encoder("text").dim:
+            raise CaptionerError(f"the map is {m.dim_x} -> {m.dim_y}, the encoders are "
+                                 f"{self.encoder('image').dim} -> {self.encoder('text').dim}")
+        with self._lock:
+            self._maps[kind] = m
+
     def _fit_params(self, kind: str) -> dict:
-        return {"pairfree": {"max": self.pairfree_max, "seed": 0}, "random": {"seed": 0}}.get(kind, {})
+        from alignment.pseudo import DEFAULT_TEMPERATURE
+
+        return {"pairfree": {"max": self.pairfree_max, "seed": 0}, "random": {"seed": 0},
+                "head": {"temperature": DEFAULT_TEMPERATURE, "prompt": HEAD_PROMPT, "text_mean": "bank"}}.get(kind, {})
 
     def _fit(self, kind: str, fx: dict, fy: dict):
         from alignment.procrustes import fit_procrustes, fit_random, fit_ridge
@@ -261,6 +306,8 @@ class Pipeline:
         if kind == "random":
             meta["pairing"] = "none (random rotation between the PCA bases)"
             return fit_random(X, Yb, seed=0, **meta)
+        if kind == "head":
+            return self._fit_head(X, meta)
         # pair-free: the train images and the bank captions, shuffled apart so that no row order leaks pairs
         from alignment.pairfree import match
 
@@ -274,6 +321,20 @@ class Pipeline:
         m.meta["pairfree"] = {"score": _jsonable(res.score), "info": _jsonable(res.info),
                               "n_images": int(len(xi)), "n_captions": int(len(yi))}
         return m
+
+    def _fit_head(self, X: np.ndarray, meta: dict):
+        """Pseudo-pairs from the image encoder's classifier head (no caption of any image is read)."""
+        from alignment.pseudo import DEFAULT_TEMPERATURE, fit_head_rotation
+        from captioner.encoders.heads import classifier_head
+
+        W, b, names = classifier_head(self.encoder("image"))
+        prompts = [HEAD_PROMPT.format(c=n) for n in names]
+        self._log(f"embedding the {len(names)} class names of the {self.image_encoder} head")
+        E = self.encoder("text").encode(prompts)
+        meta["pairing"] = (f"none (pseudo-pairs: {len(X)} unlabelled train images x the image encoder's "
+                           f"{len(names)}-class head, class names embedded as '{HEAD_PROMPT}')")
+        return fit_head_rotation(X, X @ W.T + b, E, temperature=DEFAULT_TEMPERATURE,
+                                 text_mean=self.bank().E.mean(0), **meta)
 
     def _train_images(self) -> np.ndarray:
         self.train_pairs()
@@ -301,11 +362,8 @@ class Pipeline:
                                               enc.fingerprint(), exclude=self.exclude)
                     texts, E = merged.texts, merged.E
             mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
-            from captioner.decoder import corpus_hash
-
-            key = _hash({"preset": self.decoder_preset, "overrides": self.decoder_overrides,
-                         "corpus": corpus_hash(texts, E),
-                         "txt": enc.fingerprint()})
+            key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
+                                    vocab_priority=len(self.bank()))
             path = subdir("checkpoints") / f"decoder-{_slug(self.text_encoder)}-{self.decoder_preset}-{key}.pt"
             if not path.exists() or not _complete(path):
                 self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
@@ -323,13 +381,27 @@ class Pipeline:
 
         if images is None or len(images) == 0:
             raise CaptionerError("no images given")
-        ims = [im.convert("RGB") if isinstance(im, Image.Image) else load_image(im) for im in images]
+        ims = [(im if im.mode == "RGB" else im.convert("RGB")) if isinstance(im, Image.Image) else load_image(im)
+               for im in images]
         return self.encoder("image").encode(ims)
 
     def text_queries(self, X: np.ndarray, rotation: str) -> np.ndarray:
         from captioner.retrieval import to_text_space
 
         return to_text_space(self.rotation(rotation), X, self.bank().dim)
+
+    def serving_rotation(self, kind: str = "paired"):
+        """The map ``kind`` for one-image requests: a linear map folded into one float32 affine
+        ``(X - mean_x) @ W + mean_y`` (what ``transform`` computes, to float noise, in ~0.1 ms instead of
+        ~10 ms: no per-call copies of the projections, one matrix product instead of three). Other maps,
+        and inputs the folded form would not check (wrong width, NaN), go through the map itself."""
+        m = self.rotation(kind)
+        with self._lock:
+            hit = self._affine.get(kind)
+            if hit is None or hit[0] is not m:
+                hit = (m, _AffineMap.of(m))
+                self._affine[kind] = hit
+            return hit[1]
 
     def decoder_inputs(self, Q: np.ndarray) -> np.ndarray:
         """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
@@ -393,13 +465,15 @@ class Pipeline:
         """
         if top_k < 1:
             raise CaptionerError(f"top_k must be >= 1, not {top_k}")
+        from captioner.retrieval import to_text_space
+
         with self._lock:
             self.rotation(rotation)  # fail on a bad name before encoding anything
             t0 = time.perf_counter()
             X = self.encode_images(images)
             t_enc = _ms(t0) / len(X)
             t0 = time.perf_counter()
-            Q = self.text_queries(X, rotation)
+            Q = to_text_space(self.serving_rotation(rotation), X, self.bank().dim)
             t_rot = _ms(t0) / len(X)
             out = self.caption_queries(Q, top_k=top_k, decode=decode)
             for o in out:
@@ -432,11 +506,15 @@ class Pipeline:
         labels = check_labels(labels)
         W = self.head(prompt_names or labels, **head_kw)
         mu = self.bank().centered()[0]
-        return ZeroShotClassifier(labels, W, self.rotation(rotation), mu=mu)
+        return ZeroShotClassifier(labels, W, self.serving_rotation(rotation), mu=mu)
 
-    def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired") -> list[dict]:
-        """Zero-shot classify images among ``labels`` (prompts: the 80 ImageNet templates, mean-pooled; CLIP's
-        7 best of them above 100 labels).
+    def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired",
+                 templates: list[str] | None = None) -> list[dict]:
+        """Zero-shot classify images among ``labels``.
+
+        ``templates``: the prompts, each with ``{}`` (or ``{c}``) where the label goes, mean-pooled per class
+        (default: the 80 ImageNet templates; CLIP's 7 best of them above 100 labels). The head is cached per
+        labels and templates.
 
         Returns one dict per image: {"labels": [{"label", "prob"}, ... top_k], "timings_ms": {"encode",
         "rotate_retrieve"}}.
@@ -446,8 +524,14 @@ class Pipeline:
         labels = check_labels(labels)
         if top_k < 1:
             raise CaptionerError(f"top_k must be >= 1, not {top_k}")
+        if templates is not None:
+            templates = [templates] if isinstance(templates, str) else list(templates)
+            bad = [t for t in templates if not isinstance(t, str) or ("{}" not in t and "{c}" not in t)]
+            if not templates or bad:
+                raise CaptionerError(f"templates must be a non-empty list of strings with '{{}}' where the label "
+                                     f"goes; got {bad[:3] if bad else templates!r}")
         with self._lock:
-            clf = self.classifier(labels, rotation)
+            clf = self.classifier(labels, rotation, templates=templates)
             t0 = time.perf_counter()
             X = self.encode_images(images)
             t_enc = _ms(t0) / len(X)
@@ -475,6 +559,38 @@ class Pipeline:
                 metrics[name] = {k: float(v) for k, v in r.items() if isinstance(v, (int, float, np.floating))}
             return {"image_encoder": self.image_encoder, "text_encoder": self.text_encoder, "n_pairs": int(len(X)),
                     "metrics": metrics, "scaling_plot": _latest_scaling_plot()}
+
+
+class _AffineMap:
+    """A fitted linear map as one float32 affine map (see ``Pipeline.serving_rotation``)."""
+
+    def __init__(self, m, W, mean_x, mean_y):
+        self.map, self.W, self.mean_x, self.mean_y = m, W, mean_x, mean_y
+        self.meta = getattr(m, "meta", {})
+
+    @classmethod
+    def of(cls, m):
+        from alignment.procrustes import LinearMap
+
+        if not isinstance(m, LinearMap) or type(m).transform is not LinearMap.transform:
+            return m  # a map with its own transform: used as it is
+        W = np.asarray(m.matrix(), np.float64)
+        return cls(m, np.ascontiguousarray(W, np.float32), np.asarray(m.mean_x, np.float32),
+                   np.asarray(m.mean_y, np.float32))
+
+    def transform(self, X):
+        A = X if isinstance(X, np.ndarray) else None
+        if A is None or A.ndim != 2 or A.shape[1] != self.W.shape[0] or not np.isfinite(A).all():
+            return self.map.transform(X)  # the map's own checks and messages (and torch tensors)
+        A = A.astype(np.float32, copy=False)
+        return (A - self.mean_x) @ self.W + self.mean_y
+
+    __call__ = transform
+
+    def __getattr__(self, name):  # dim_x, dim_y, method ... of the map itself
+        if name == "map":
+            raise AttributeError(name)
+        return getattr(self.map, name)
 
 
 def _complete(path: Path) -> bool:

@@ -138,3 +138,128 @@ def test_decoded_caption_with_a_tiny_decoder(fakes, captioner_home):
     assert out[0]["timings_ms"]["decode"] > 0
     assert list((captioner_home / "checkpoints").glob("decoder-fake-text-tiny-*.pt"))
     p.warmup()
+
+
+def test_classify_passes_templates_to_the_head(fakes):
+    p = pipe()
+    im = Pattern(0)()
+    out = p.classify([im], ["koala", "fire truck", "frog"], top_k=3, templates=["a photo of a {}."])
+    assert len(out[0]["labels"]) == 3
+    keys = [k for k in p._heads if k[0] == ("koala", "fire truck", "frog")]
+    assert [k[1] for k in keys] == [("a photo of a {}.",)]
+    # one template: the head is the (normalised) embedding of the filled prompt, per class
+    W = p._heads[keys[0]]
+    E = fakes["fake-text"].encode(["a photo of a koala.", "a photo of a fire truck.", "a photo of a frog."])
+    np.testing.assert_allclose(W, E / np.linalg.norm(E, axis=1, keepdims=True), atol=1e-6)
+    p.classify([im], ["koala", "fire truck", "frog"], top_k=1)  # the default prompts: a second head
+    assert len([k for k in p._heads if k[0] == ("koala", "fire truck", "frog")]) == 2
+    for bad in ([], ["no placeholder"], [3]):
+        with pytest.raises(CaptionerError, match="templates must be"):
+            p.classify([im], ["koala", "frog"], templates=bad)
+
+
+def test_serving_rotation_matches_the_map(fakes):
+    p = pipe()
+    X = np.random.default_rng(1).random((3, 15)).astype(np.float32)
+    for kind in ("paired", "pairfree", "ridge", "random"):
+        m = p.rotation(kind)
+        np.testing.assert_allclose(p.serving_rotation(kind).transform(X), m.transform(X), rtol=1e-5, atol=1e-6)
+        assert p.serving_rotation(kind) is p.serving_rotation(kind)
+    with pytest.raises(CaptionerError, match="15-dimensional"):  # the map's own message on a bad width
+        from captioner.retrieval import to_text_space
+
+        to_text_space(p.serving_rotation("paired"), np.zeros((1, 7), np.float32), 16)
+    Xn = X.copy()
+    Xn[0, 0] = np.nan
+    with pytest.raises(CaptionerError, match="NaN"):
+        to_text_space(p.serving_rotation("paired"), Xn, 16)
+
+
+def _decoder_key_inputs():
+    rng = np.random.default_rng(0)
+    texts = ["a koala.", "a red fire truck.", "a green frog."]
+    return {"name": "minilm-l6", "modality": "text", "dim": 4, "pooling": "mean", "weights_hash": "abc"}, texts, \
+        rng.standard_normal((3, 4)).astype(np.float32)
+
+
+def test_decoder_cache_key_is_stable_and_tracks_what_changes_the_weights():
+    from captioner.pipeline import decoder_cache_key
+
+    fp, texts, E = _decoder_key_inputs()
+    a = decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3}, texts, E, vocab_priority=2)
+    # the same setup rebuilt: other dict orders, copies of the arrays and lists
+    fp2 = dict(reversed(list(fp.items())))
+    b = decoder_cache_key(fp2, "tiny", {"lr": 1e-3, "steps": 20}, list(texts), E.copy(), vocab_priority=2)
+    assert a == b and len(a) == 10
+    assert decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3, "save_every": 7}, texts, E, 2) == a
+    others = [decoder_cache_key(fp, "small", {"steps": 20, "lr": 1e-3}, texts, E, 2),  # another preset
+              decoder_cache_key(fp, "tiny", {"steps": 21, "lr": 1e-3}, texts, E, 2),
+              decoder_cache_key({**fp, "weights_hash": "abd"}, "tiny", {"steps": 20, "lr": 1e-3}, texts, E, 2),
+              decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3}, texts[::-1], E[::-1], 2),
+              decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3}, texts, E + 1e-3, 2),
+              decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3}, texts, E, 3)]
+    assert len({a, *others}) == len(others) + 1
+
+
+def test_decoder_cache_key_is_the_same_in_another_process(tmp_path):
+    """Nothing process-dependent (hash seeds, home folder, time) goes into the key."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from captioner.pipeline import decoder_cache_key
+
+    fp, texts, E = _decoder_key_inputs()
+    here = decoder_cache_key(fp, "tiny", {"steps": 20}, texts, E, 2)
+    code = ("import json, sys, numpy as np; from captioner.pipeline import decoder_cache_key; "
+            "fp, texts, E = json.loads(sys.argv[1]); "
+            "print(decoder_cache_key(fp, 'tiny', {'steps': 20}, texts, np.asarray(E, np.float32), 2))")
+    env = {**os.environ, "PYTHONHASHSEED": "123", "CAPTIONER_HOME": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", code, json.dumps([fp, texts, E.tolist()])], env=env,
+                         cwd=Path(__file__).parents[1], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == here
+
+
+@pytest.mark.slow
+def test_decoder_checkpoint_is_reused_by_a_new_pipeline(fakes, captioner_home):
+    pipe(decoder_overrides={"steps": 3}).decoder()
+    first = sorted((captioner_home / "checkpoints").glob("decoder-*.pt"))
+    assert len(first) == 1
+    mtime = first[0].stat().st_mtime_ns
+    pipe(decoder_overrides={"steps": 3}).decoder()  # a fresh instance: same key, loads the file
+    assert sorted((captioner_home / "checkpoints").glob("decoder-*.pt")) == first
+    assert first[0].stat().st_mtime_ns == mtime
+    pipe(decoder_overrides={"steps": 4}).decoder()
+    assert len(list((captioner_home / "checkpoints").glob("decoder-*.pt"))) == 2
+
+
+class HeadImageEncoder(FakeImageEncoder):
+    """The fake image encoder with a 3-class linear head over its 15 features (red, green, blue means)."""
+
+    name = "fake-image-head"
+
+    def classifier_head(self):
+        W = np.zeros((3, 15), np.float32)
+        W[0, 0] = W[1, 1] = W[2, 2] = 10.0
+        return W, np.zeros(3, np.float32), ["red thing", "green thing", "blue thing"]
+
+
+def test_head_rotation_needs_a_classifier_head(fakes, captioner_home):
+    p = pipe()
+    assert "head" not in p.eval_rotations
+    with pytest.raises(CaptionerError, match="no classifier head"):
+        p.rotation("head")
+    fakes["fake-image-head"] = HeadImageEncoder()
+    q = Pipeline("fake-image-head", "fake-text", progress=False, train_set=train_set(), decoder_preset="tiny",
+                 decoder_corpus="bank", exclude=["a unicorn."])
+    assert q.rotations == ["paired", "pairfree", "head"] and "head" in q.eval_rotations
+    m = q.rotation("head")
+    assert m.method == "head" and m.meta["pairing"].startswith("none (pseudo-pairs")
+    assert m.meta["fit"]["head"]["classes"] == 3
+    # centred where the bank is, not where the class-name prompts are
+    np.testing.assert_allclose(m.mean_y, q.bank().E.mean(0), atol=1e-6)
+    assert (captioner_home / "rotations").glob("head-*.safetensors")
+    out = q.caption([Pattern(2)()], top_k=2, rotation="head", decode=False)
+    assert out[0]["caption"] in CAPTIONS

@@ -104,3 +104,26 @@ def test_emoji_renders_with_names():
 
     im = load_image(ds.samples[0].source)
     assert im.size == (136, 136) and im.getpixel((0, 0)) == (255, 255, 255)
+
+
+def test_sample_photos_include_the_left_motorcycle(captioner_home):
+    """``stereo_motorcycle()`` returns (left, right, disparity): the photo is the left image, saved as PNG
+    under the home folder like the others, and a cached copy is reused."""
+    skd = pytest.importorskip("skimage.data")
+    import numpy as np
+
+    from captioner.datasets import SAMPLE_PHOTOS, samples
+
+    ds = samples()
+    by_id = {s.id: s for s in ds.samples}
+    assert set(by_id) == set(SAMPLE_PHOTOS)  # every listed photo exists with this scikit-image
+    moto = by_id["motorcycle_left"]
+    assert moto.source == str(captioner_home / "sample-photos" / "motorcycle_left.png")
+    with Image.open(moto.source) as im:
+        assert im.mode == "RGB"
+        np.testing.assert_array_equal(np.asarray(im), skd.stereo_motorcycle()[0])
+    assert moto.captions == [SAMPLE_PHOTOS["motorcycle_left"]]
+    mtime = os.stat(moto.source).st_mtime_ns
+    assert {s.id: s.source for s in samples().samples} == {s.id: s.source for s in ds.samples}
+    assert os.stat(moto.source).st_mtime_ns == mtime  # written once, not on every call
+    assert not list((captioner_home / "sample-photos").glob("*.tmp.png"))

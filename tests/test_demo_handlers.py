@@ -301,9 +301,8 @@ def test_example_images_are_written_under_home(captioner_home):
     paths = example_images()
     photos = [p for p in paths if p.startswith(str(captioner_home))]
     names = [p.rsplit("/", 1)[1] for p in photos]
-    # motorcycle_left is listed too but only appears once captioner.datasets can build it from skimage
-    assert names[:4] == ["astronaut.png", "chelsea.png", "coffee.png", "rocket.png"]
-    assert names[4:] in ([], ["motorcycle_left.png"])
+    # motorcycle_left is the left image of scikit-image's stereo_motorcycle() pair
+    assert names == ["astronaut.png", "chelsea.png", "coffee.png", "rocket.png", "motorcycle_left.png"]
     for p in paths:
         with Image.open(p) as im:
             assert im.size[0] > 16

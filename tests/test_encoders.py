@@ -118,3 +118,35 @@ def test_smollm2_layers(shared_home, monkeypatch):
     a, b = last.encode(["A koala.", "A fire truck."]), mid.encode(["A koala.", "A fire truck."])
     assert a.shape == b.shape == (2, 576) and np.isfinite(a).all() and not np.allclose(a, b)
     assert last.fingerprint()["weights_hash"] == mid.fingerprint()["weights_hash"]
+
+
+@pytest.mark.slow
+def test_efficientnet_onnx_backend_matches_torch(captioner_home, caplog, monkeypatch):
+    """The onnxruntime path (exported once under the home folder, checked on load) gives the torch path's
+    embeddings to float noise; backend="torch" never touches onnxruntime; a failed export falls back."""
+    pytest.importorskip("onnxruntime")
+    from captioner.encoders import onnx_export
+
+    ims = [_img((255, 0, 0), (224, 224)), _img((0, 128, 0), (100, 300)),
+           Image.fromarray(np.random.default_rng(0).integers(0, 256, (90, 120, 3), dtype=np.uint8))]
+    fast = get_encoder("efficientnet-lite0", backend="onnx", cache=False)
+    slow = get_encoder("efficientnet-lite0", backend="torch", cache=False)
+    a, b = fast.encode(ims), slow.encode(ims)
+    assert fast.onnx_model() is not None and slow.onnx_model() is None and slow._ort is None
+    np.testing.assert_allclose(a, b, rtol=0, atol=1e-4 * float(np.abs(b).max()))
+    assert fast.fingerprint() == slow.fingerprint()  # the same embeddings: the same cache entries
+    assert len(list((captioner_home / "onnx").glob("efficientnet-lite0-224px-*.onnx"))) == 1
+    again = get_encoder("efficientnet-lite0", backend="auto", cache=False)
+    np.testing.assert_array_equal(again.encode(ims[:1]), fast.encode(ims[:1]))  # the cached export
+    with pytest.raises(CaptionerError, match="image backend must be"):
+        get_encoder("efficientnet-lite0", backend="tensorrt", cache=False)
+
+    def broken(enc, check=True):
+        raise RuntimeError("no exporter here")
+
+    monkeypatch.setattr(onnx_export.OnnxModel, "for_encoder", broken)
+    auto = get_encoder("efficientnet-lite0", backend="auto", cache=False)
+    np.testing.assert_array_equal(auto.encode(ims), b)  # torch, silently but for one log line
+    assert "no exporter here" in caplog.text
+    with pytest.raises(CaptionerError, match="onnx backend is unavailable"):
+        get_encoder("efficientnet-lite0", backend="onnx", cache=False).encode(ims[:1])

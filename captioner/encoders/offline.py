@@ -4,6 +4,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sysconfig
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -18,10 +19,19 @@ def _missing(pkg: str, extra: str = "") -> CaptionerError:
                           f"model packages){extra}")
 
 
+_ORT_LOCK = threading.Lock()
+
+
 class EfficientNetLite0(Encoder):
     """EfficientNet-Lite0 (ImageNet-supervised CNN, 4.65M params): global mean of the last conv features,
-    1280-d. Inference runs channels-last under ``torch.inference_mode``; preprocessing of a batch runs
-    in a thread pool."""
+    1280-d. Preprocessing of a batch runs in a thread pool.
+
+    ``backend``: ``"torch"`` runs the model channels-last under ``torch.inference_mode``; ``"onnx"`` runs
+    the same weights through onnxruntime (about 3x faster per image on CPU: BN folded into the convs, fused
+    kernels), exported once per machine under ``$CAPTIONER_HOME/onnx`` and checked against torch on a fixed
+    input when loaded; ``"auto"`` (default; ``$CAPTIONER_IMAGE_BACKEND`` overrides it) is onnx on CPU when
+    onnxruntime is installed and the check passes, torch otherwise. The two agree to float noise (relative
+    error ~1e-6), so the fingerprint, and with it every cached embedding, is the same for both."""
 
     name = "efficientnet-lite0"
     modality = "image"
@@ -29,7 +39,7 @@ class EfficientNetLite0(Encoder):
     pooling = "mean"
 
     def __init__(self, device: str = "cpu", size: int = 224, resize: str = "pad", channels_last: bool = True,
-                 workers: int = 2, micro_batch: int | None = None):
+                 workers: int = 2, micro_batch: int | None = None, backend: str | None = None):
         import torch
 
         try:
@@ -52,6 +62,11 @@ class EfficientNetLite0(Encoder):
         if channels_last:
             model = model.to(memory_format=torch.channels_last)
         self.model = model
+        backend = backend or os.environ.get("CAPTIONER_IMAGE_BACKEND") or "auto"
+        if backend not in ("auto", "onnx", "torch"):
+            raise CaptionerError(f"image backend must be auto, onnx or torch, not {backend!r}")
+        self.backend = backend
+        self._ort = None          # OnnxModel once loaded; False once it failed (then torch it is)
 
     def weights_hash(self):
         return hash_files([self.weights_path])
@@ -62,7 +77,29 @@ class EfficientNetLite0(Encoder):
     def preprocess(self, batch) -> np.ndarray:
         return preprocess_batch(batch, workers=self.workers, size=self.size, resize=self.resize)  # (B, 3, H, W)
 
-    def forward_tensor(self, x):
+    def onnx_model(self):
+        """The onnxruntime model (exported and checked on first use), or None where the backend is torch,
+        the device is not the CPU, or onnxruntime is missing or failed (the reason is logged once)."""
+        if self.backend == "torch" or self.device != "cpu" or self._ort is False:
+            return None
+        with _ORT_LOCK:
+            if self._ort is None:
+                from captioner.encoders.onnx_export import OnnxModel
+
+                try:
+                    self._ort = OnnxModel.for_encoder(self)
+                except Exception as e:  # noqa: BLE001 - any failure: the torch path still works
+                    if self.backend == "onnx":
+                        raise CaptionerError(f"{self.name}: the onnx backend is unavailable ({e})") from None
+                    import logging
+
+                    logging.getLogger(__name__).warning("%s: onnxruntime unavailable (%s); running in torch",
+                                                        self.name, e)
+                    self._ort = False
+        return self._ort or None
+
+    def torch_features(self, x):
+        """The torch path (the definition the onnx export is checked against): (B, 3, H, W) -> (B, 1280)."""
         import torch
 
         x = x.to(self.device)
@@ -72,10 +109,25 @@ class EfficientNetLite0(Encoder):
             return torch.cat([self.model.extract_features(x[i:i + self.micro_batch]).mean((2, 3))  # (b, 1280)
                               for i in range(0, len(x), self.micro_batch)])
 
-    def _encode(self, batch):
+    def forward_tensor(self, x):
+        """(B, 3, H, W) float32 tensor -> (B, 1280) tensor, through onnxruntime when available."""
+        ort = self.onnx_model()
+        if ort is None:
+            return self.torch_features(x)
         import torch
 
-        return self.forward_tensor(torch.from_numpy(self.preprocess(batch))).float().cpu().numpy()
+        a = x.detach().cpu().numpy()
+        return torch.from_numpy(np.concatenate([ort(a[i:i + self.micro_batch])
+                                                for i in range(0, len(a), self.micro_batch)]))
+
+    def _encode(self, batch):
+        a = self.preprocess(batch)
+        ort = self.onnx_model()
+        if ort is not None:
+            return np.concatenate([ort(a[i:i + self.micro_batch]) for i in range(0, len(a), self.micro_batch)])
+        import torch
+
+        return self.torch_features(torch.from_numpy(a)).float().cpu().numpy()
 
 
 def minilm_l6_path() -> Path:
