@@ -60,3 +60,20 @@ def test_train_resume_refuse_and_encode(tmp_path, capsys):
 
     enc = get_encoder(f"jepa:{out}", cache=False)
     assert enc.encode(["a red thing", "a blue thing"]).shape == (2, 64)
+
+
+def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
+    from captioner.jepa import scenelab as S
+
+    seen = {}
+
+    def fake_run_lab(cfg, out=None, progress=True):
+        seen["cfg"] = cfg
+        return {"k": 10, "n_test": 2, "chance_mutual_knn": 10.0, "seconds": 0.0, "rows": []}
+
+    monkeypatch.setattr(S, "run_lab", fake_run_lab)
+    code, out, err = _run(["scenelab", "--steps", "30", "--image-steps", "50", "--text-lr", "1e-3", "--quiet"],
+                          capsys)
+    assert code == 0, err
+    cfg = seen["cfg"]
+    assert (cfg.image_steps, cfg.text_steps, cfg.lr, cfg.text_lr) == (50, 30, 4e-3, 1e-3)

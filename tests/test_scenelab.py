@@ -83,3 +83,25 @@ def test_format_table_has_every_row():
     t = S.format_table(res)
     assert "| text JEPA | good | image JEPA | 0.450 | 0.300 | 0.600 | 0.200 |" in t
     assert "| image JEPA | good | latents | 0.500 | 0.400 | - | - |" in t
+
+
+def test_text_lr_applies_to_the_text_sides_only(monkeypatch, tmp_path):
+    from captioner.jepa import train as T
+
+    class Seen(Exception):
+        pass
+
+    def fake_train(tc, out, **kw):
+        raise Seen(tc.lr)
+
+    monkeypatch.setattr(T, "train", fake_train)
+    cfg = S.LabConfig(lr=4e-3, text_lr=1e-3)
+    lrs = {}
+    for kind in ("image-jepa", "text-jepa", "ntp"):
+        with pytest.raises(Seen) as e:
+            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
+        lrs[kind] = e.value.args[0]
+    assert lrs == {"image-jepa": 4e-3, "text-jepa": 1e-3, "ntp": 1e-3}
+    with pytest.raises(Seen) as e:
+        S._train_and_load("text-jepa", S.LabConfig(lr=2e-3), None, tmp_path / "t2", False, 5, 0)
+    assert e.value.args[0] == 2e-3                                  # text_lr None: the shared lr

@@ -112,18 +112,23 @@ def scaling_cli(preset, out, force, as_json, quiet):
 
 @click.command("scenelab")
 @click.option("--preset", default="tiny", show_default=True, help="model preset for the three encoders")
-@click.option("--steps", type=int, default=None, help="training steps for each model (default 600)")
+@click.option("--steps", type=int, default=None, help="training steps for each model (default 400)")
+@click.option("--image-steps", type=int, default=None, help="image JEPA steps (overrides --steps)")
+@click.option("--text-steps", type=int, default=None, help="text JEPA and NTP steps (overrides --steps)")
+@click.option("--lr", type=float, default=None, help="peak learning rate (default 4e-3)")
+@click.option("--text-lr", type=float, default=None, help="text JEPA and NTP learning rate (default: --lr)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
-@click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 400)")
+@click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
-              help="run folder (default $CAPTIONER_HOME/runs/scenelab); trained models found there are reused")
+              help="run folder (default $CAPTIONER_HOME/runs/scenelab); trained models found there are reused "
+                   "(use a new folder when changing steps or learning rates)")
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def scenelab_cli(preset, steps, n_train, n_test, seed, out, as_json, quiet):
+def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, n_train, n_test, seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
-    Generates latent scenes (shape, colour, size, position), renders them (32 px) and describes them with
+    Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
     paraphrased captions; trains the image JEPA on two renders of a scene, the text JEPA on two
     paraphrases, and the next-token LM on a scene's captions as one document; prints mutual k-NN and the
     held-out Procrustes residual between each text side and the image JEPA."""
@@ -132,6 +137,14 @@ def scenelab_cli(preset, steps, n_train, n_test, seed, out, as_json, quiet):
     kw = {"preset": preset, "seed": seed}
     if steps:
         kw.update(image_steps=steps, text_steps=steps)
+    if image_steps:
+        kw["image_steps"] = image_steps
+    if text_steps:
+        kw["text_steps"] = text_steps
+    if lr:
+        kw["lr"] = lr
+    if text_lr:
+        kw["text_lr"] = text_lr
     if n_train:
         kw["n_train"] = n_train
     if n_test:

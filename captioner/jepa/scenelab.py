@@ -184,7 +184,8 @@ class LabConfig:
     image_steps: int = 400
     text_steps: int = 400
     batch_size: int = 64
-    lr: float = 4e-3
+    lr: float = 4e-3               # the image JEPA's (and the text side's when text_lr is None)
+    text_lr: float | None = None   # the text JEPA's and the NTP baseline's learning rate (None: lr)
     embed_dim: int = LATENT_DIM    # both JEPAs: the dimension of the view kernel's leading eigenspace
     k: int = 10
     seed: int = 0
@@ -281,8 +282,9 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     from captioner.jepa.model import build_model
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
+    lr = cfg.lr if kind == "image-jepa" or cfg.text_lr is None else cfg.text_lr
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
-                        lr=cfg.lr, save_every=max(1, steps // 4), text={"embed_dim": cfg.embed_dim},
+                        lr=lr, save_every=max(1, steps // 4), text={"embed_dim": cfg.embed_dim},
                         image={"embed_dim": cfg.embed_dim}, **over)
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
