@@ -77,3 +77,8 @@ def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
     assert code == 0, err
     cfg = seen["cfg"]
     assert (cfg.image_steps, cfg.text_steps, cfg.lr, cfg.text_lr) == (50, 30, 4e-3, 1e-3)
+    assert cfg.objective == {}
+    code, out, err = _run(["scenelab", "--reg", "vicreg", "--reg-weight", "0.2", "--pred-hidden", "0", "--quiet"],
+                          capsys)
+    assert code == 0, err
+    assert seen["cfg"].objective == {"reg": "vicreg", "reg_weight": 0.2, "pred_hidden": 0}

@@ -105,3 +105,53 @@ def test_text_lr_applies_to_the_text_sides_only(monkeypatch, tmp_path):
     with pytest.raises(Seen) as e:
         S._train_and_load("text-jepa", S.LabConfig(lr=2e-3), None, tmp_path / "t2", False, 5, 0)
     assert e.value.args[0] == 2e-3                                  # text_lr None: the shared lr
+
+
+def test_mutual_knn_ceiling_of_perfect_latents_is_below_one():
+    Z = S.latent_features(S.all_scenes())
+    c = S.mutual_knn_ceiling(Z, 10)
+    # ties among the 12 one-attribute neighbours: a rotation of the latents plus 1% noise scores ~0.92
+    assert 0.85 < c < 0.97
+    rng = np.random.default_rng(0)
+    Q = np.linalg.qr(rng.standard_normal((17, 17)))[0]
+    assert S.procrustes_residual(Z @ Q + 0.01 * rng.standard_normal(Z.shape), Z) < 1e-3   # the residual: ~0
+    t = S.format_table({"k": 10, "n_test": 324, "chance_mutual_knn": 10 / 323, "mutual_knn_ceiling": c,
+                        "seconds": 1.0, "rows": []})
+    assert f"ceiling (the latents vs a rotation of them + 1% noise) = {c:.3f}" in t
+
+
+def test_objective_reaches_both_jepas(monkeypatch, tmp_path):
+    from captioner.jepa import train as T
+
+    class Seen(Exception):
+        pass
+
+    def fake_train(tc, out, **kw):
+        raise Seen(tc.objective)
+
+    monkeypatch.setattr(T, "train", fake_train)
+    cfg = S.LabConfig(objective={"reg": "vicreg", "reg_weight": 0.2, "pred_hidden": 0})
+    for kind in ("image-jepa", "text-jepa"):
+        with pytest.raises(Seen) as e:
+            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
+        o = e.value.args[0]
+        assert (o.reg, o.reg_weight, o.pred_hidden) == ("vicreg", 0.2, 0)
+    with pytest.raises(Seen) as e:                                  # empty: the preset's objective
+        S._train_and_load("text-jepa", S.LabConfig(), None, tmp_path / "t2", False, 5, 0)
+    assert (e.value.args[0].reg, e.value.args[0].pred_hidden) == ("sigreg", 128)
+
+
+def test_linear_predictor():
+    import torch
+
+    from captioner.jepa.model import ImageConfig, ObjectiveConfig, build_model
+
+    torch.manual_seed(0)
+    m = build_model("image-jepa", image=ImageConfig(image_size=16, channels=[4, 8], embed_dim=6, proj_hidden=16),
+                    obj=ObjectiveConfig(pred_hidden=0, sigreg_slices=8))
+    assert isinstance(m.pred, torch.nn.Linear) and m.pred.weight.shape == (6, 6)
+    x = torch.rand(8, 3, 16, 16)
+    out = m((x,), (x.flip(0),))
+    assert torch.isfinite(out["loss"])
+    out["loss"].backward()
+    assert m.pred.weight.grad is not None

@@ -117,6 +117,12 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--text-steps", type=int, default=None, help="text JEPA and NTP steps (overrides --steps)")
 @click.option("--lr", type=float, default=None, help="peak learning rate (default 4e-3)")
 @click.option("--text-lr", type=float, default=None, help="text JEPA and NTP learning rate (default: --lr)")
+@click.option("--reg", type=click.Choice(["sigreg", "vicreg", "infonce"]), default=None,
+              help="both JEPAs' collapse-preventing regulariser (default: the preset's, sigreg)")
+@click.option("--reg-weight", type=float, default=None,
+              help="loss = (1 - w) * prediction + w * regulariser (default: the preset's, 0.05)")
+@click.option("--pred-hidden", type=int, default=None,
+              help="JEPA predictor hidden width; 0 = a linear predictor (default: the preset's, 128)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -125,7 +131,8 @@ def scaling_cli(preset, out, force, as_json, quiet):
                    "(use a new folder when changing steps or learning rates)")
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, n_train, n_test, seed, out, as_json, quiet):
+def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, n_train, n_test,
+                 seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -145,6 +152,10 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, n_train, n
         kw["lr"] = lr
     if text_lr:
         kw["text_lr"] = text_lr
+    objective = {k: v for k, v in (("reg", reg), ("reg_weight", reg_weight), ("pred_hidden", pred_hidden))
+                 if v is not None}
+    if objective:
+        kw["objective"] = objective
     if n_train:
         kw["n_train"] = n_train
     if n_test:

@@ -53,7 +53,7 @@ class ObjectiveConfig:
     reg_weight: float = 0.05       # loss = (1 - w) * prediction + w * regulariser (sigreg, vicreg)
     target: str = "stopgrad"       # "stopgrad" | "ema"
     ema: float = 0.996
-    pred_hidden: int = 128
+    pred_hidden: int = 128         # 0: a linear predictor
     sigreg_slices: int = 256
     sigreg_knots: int = 17
     sigreg_tmax: float = 3.0
@@ -263,6 +263,9 @@ def projector(d_in: int, hidden: int, d_out: int) -> nn.Module:
 
 
 def predictor(dim: int, hidden: int) -> nn.Module:
+    """The JEPA predictor: an MLP with one ``hidden`` layer, or (``hidden`` = 0) a single linear map."""
+    if hidden == 0:
+        return nn.Linear(dim, dim)
     return nn.Sequential(nn.Linear(dim, hidden), nn.LayerNorm(hidden), nn.GELU(), nn.Linear(hidden, dim))
 
 
