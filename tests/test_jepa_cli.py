@@ -82,3 +82,9 @@ def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
                           capsys)
     assert code == 0, err
     assert seen["cfg"].objective == {"reg": "vicreg", "reg_weight": 0.2, "pred_hidden": 0}
+    assert seen["cfg"].text_objective == {}
+    code, out, err = _run(["scenelab", "--pred-hidden", "0", "--reg-weight", "0.1", "--text-pred-hidden", "128",
+                           "--text-reg-weight", "0.2", "--quiet"], capsys)
+    assert code == 0, err
+    assert seen["cfg"].objective == {"reg_weight": 0.1, "pred_hidden": 0}
+    assert seen["cfg"].text_objective == {"reg_weight": 0.2, "pred_hidden": 128}

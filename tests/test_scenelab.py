@@ -141,6 +141,30 @@ def test_objective_reaches_both_jepas(monkeypatch, tmp_path):
     assert (e.value.args[0].reg, e.value.args[0].pred_hidden) == ("sigreg", 128)
 
 
+def test_text_objective_reaches_the_text_sides_only(monkeypatch, tmp_path):
+    from captioner.jepa import train as T
+
+    class Seen(Exception):
+        pass
+
+    def fake_train(tc, out, **kw):
+        raise Seen(tc.objective)
+
+    monkeypatch.setattr(T, "train", fake_train)
+    cfg = S.LabConfig(objective={"reg_weight": 0.1, "pred_hidden": 0}, text_objective={"pred_hidden": 128})
+    seen = {}
+    for kind in ("image-jepa", "text-jepa", "ntp"):
+        with pytest.raises(Seen) as e:
+            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
+        seen[kind] = (e.value.args[0].reg_weight, e.value.args[0].pred_hidden)
+    # the image side keeps the shared objective; the text sides merge the override over it
+    assert seen == {"image-jepa": (0.1, 0), "text-jepa": (0.1, 128), "ntp": (0.1, 128)}
+    with pytest.raises(Seen) as e:                                  # text override alone: image keeps the preset's
+        S._train_and_load("image-jepa", S.LabConfig(text_objective={"reg_weight": 0.2}), None, tmp_path / "i2",
+                          False, 5, 0)
+    assert (e.value.args[0].reg_weight, e.value.args[0].pred_hidden) == (0.05, 128)
+
+
 def test_linear_predictor():
     import torch
 

@@ -123,6 +123,10 @@ def scaling_cli(preset, out, force, as_json, quiet):
               help="loss = (1 - w) * prediction + w * regulariser (default: the preset's, 0.05)")
 @click.option("--pred-hidden", type=int, default=None,
               help="JEPA predictor hidden width; 0 = a linear predictor (default: the preset's, 128)")
+@click.option("--text-reg-weight", type=float, default=None,
+              help="text JEPA and NTP regulariser weight (overrides --reg-weight on the text side only)")
+@click.option("--text-pred-hidden", type=int, default=None,
+              help="text JEPA predictor hidden width (overrides --pred-hidden on the text side only; 0 = linear)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -131,8 +135,8 @@ def scaling_cli(preset, out, force, as_json, quiet):
                    "(use a new folder when changing steps or learning rates)")
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, n_train, n_test,
-                 seed, out, as_json, quiet):
+def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, text_reg_weight,
+                 text_pred_hidden, n_train, n_test, seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -156,6 +160,10 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
                  if v is not None}
     if objective:
         kw["objective"] = objective
+    text_objective = {k: v for k, v in (("reg_weight", text_reg_weight), ("pred_hidden", text_pred_hidden))
+                      if v is not None}
+    if text_objective:
+        kw["text_objective"] = text_objective
     if n_train:
         kw["n_train"] = n_train
     if n_test:

@@ -192,6 +192,10 @@ class LabConfig:
     # objective overrides for both JEPAs (ObjectiveConfig fields: reg, reg_weight, target, ...); empty:
     # the preset's (SIGReg)
     objective: dict = field(default_factory=dict)
+    # per-side override for the text JEPA and the NTP baseline, merged over ``objective`` (empty: the
+    # same objective as the image JEPA); e.g. {"pred_hidden": 128} keeps an MLP predictor on the text side
+    # while the image side uses a linear one
+    text_objective: dict = field(default_factory=dict)
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
     augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
@@ -296,10 +300,11 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
     lr = cfg.lr if kind == "image-jepa" or cfg.text_lr is None else cfg.text_lr
+    objective = dict(cfg.objective) if kind == "image-jepa" else {**cfg.objective, **cfg.text_objective}
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
                         lr=lr, save_every=max(1, steps // 4), text={"embed_dim": cfg.embed_dim},
                         image={"embed_dim": cfg.embed_dim},
-                        objective=dict(cfg.objective) or None, **over)
+                        objective=objective or None, **over)
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
         summary = train(tc, out, resume=True, data=data, progress=progress)
