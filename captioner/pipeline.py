@@ -29,11 +29,11 @@ from pathlib import Path
 
 import numpy as np
 
+from captioner.encoders.heads import HEAD_PROMPT
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
 
 PUBLIC_ROTATIONS = ["paired", "pairfree", "head"]
 EVAL_ROTATIONS = ["paired", "pairfree", "head", "ridge", "random"]
-HEAD_PROMPT = "a photo of a {c}."  # one template: all 7 of CLIP's best cost 7x the time for no gain on val
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
@@ -324,17 +324,10 @@ class Pipeline:
 
     def _fit_head(self, X: np.ndarray, meta: dict):
         """Pseudo-pairs from the image encoder's classifier head (no caption of any image is read)."""
-        from alignment.pseudo import DEFAULT_TEMPERATURE, fit_head_rotation
-        from captioner.encoders.heads import classifier_head
+        from captioner.encoders.heads import fit_head_map
 
-        W, b, names = classifier_head(self.encoder("image"))
-        prompts = [HEAD_PROMPT.format(c=n) for n in names]
-        self._log(f"embedding the {len(names)} class names of the {self.image_encoder} head")
-        E = self.encoder("text").encode(prompts)
-        meta["pairing"] = (f"none (pseudo-pairs: {len(X)} unlabelled train images x the image encoder's "
-                           f"{len(names)}-class head, class names embedded as '{HEAD_PROMPT}')")
-        return fit_head_rotation(X, X @ W.T + b, E, temperature=DEFAULT_TEMPERATURE,
-                                 text_mean=self.bank().E.mean(0), **meta)
+        return fit_head_map(self.encoder("image"), self.encoder("text"), X, text_mean=self.bank().E.mean(0),
+                            log=self._log, **meta)
 
     def _train_images(self) -> np.ndarray:
         self.train_pairs()

@@ -63,15 +63,13 @@ def evaluate(rot, img, txt, k: int = 10) -> dict:
 def head_rotation_scores(itr, ttr, ite, tte, meta) -> dict:
     """The ``head`` rotation (captioner.pipeline): train images x the image encoder's ImageNet head, class
     names embedded by the text encoder, Procrustes to the soft targets, centred on the train captions."""
-    from alignment.pseudo import DEFAULT_TEMPERATURE, fit_head_rotation
+    from alignment.pseudo import DEFAULT_TEMPERATURE
     from captioner.encoders import get_encoder
-    from captioner.encoders.heads import classifier_head
-    from captioner.pipeline import HEAD_PROMPT
+    from captioner.encoders.heads import fit_head_map
 
     t = time.time()
-    W, b, names = classifier_head(get_encoder(itr.meta["encoder"]["name"]))
-    E = get_encoder(ttr.meta["encoder"]["name"]).encode([HEAD_PROMPT.format(c=n) for n in names])
-    rot = fit_head_rotation(itr.X, itr.X @ W.T + b, E, DEFAULT_TEMPERATURE, text_mean=ttr.X.mean(0), **meta)
+    rot = fit_head_map(get_encoder(itr.meta["encoder"]["name"]), get_encoder(ttr.meta["encoder"]["name"]), itr.X,
+                       text_mean=ttr.X.mean(0), **meta)
     return {**evaluate(rot, ite, tte), "seconds": round(time.time() - t, 1), "temperature": DEFAULT_TEMPERATURE,
             "head": rot.meta["fit"]["head"]}
 
