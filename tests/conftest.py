@@ -29,3 +29,15 @@ def shared_home(tmp_path_factory):
 @pytest.fixture
 def rng():
     return np.random.default_rng(0)
+
+
+@pytest.fixture
+def one_torch_thread():
+    """Tiny tensors on shared cores: one intra-op torch thread is many times faster than two contended ones.
+    Test modules take it with ``pytestmark = pytest.mark.usefixtures("one_torch_thread")``."""
+    import torch
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(old)

@@ -10,13 +10,7 @@ from captioner.errors import CaptionerError  # noqa: E402
 from captioner.jepa import views as V  # noqa: E402
 from captioner.jepa.train import resolve_config, train  # noqa: E402
 
-
-@pytest.fixture(autouse=True)
-def _one_thread():
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _image_run(tmp_path, steps=3):

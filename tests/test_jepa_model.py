@@ -9,13 +9,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 
-@pytest.fixture(autouse=True)
-def _one_thread():
-    # tiny tensors on shared cores: one intra-op thread is many times faster than two contended ones
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(old)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 from captioner.jepa import model as M  # noqa: E402
 

@@ -2,6 +2,8 @@
 the held-out Procrustes residual."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -85,26 +87,34 @@ def test_format_table_has_every_row():
     assert "| image JEPA | good | latents | 0.500 | 0.400 | - | - |" in t
 
 
-def test_text_lr_applies_to_the_text_sides_only(monkeypatch, tmp_path):
+class _Seen(Exception):
+    """Raised by the fake ``train`` with the TrainConfig the scene lab built."""
+
+
+@pytest.fixture
+def train_config(monkeypatch, tmp_path):
+    """``train_config(kind, cfg)``: the TrainConfig ``_train_and_load`` hands to ``train`` (which never runs)."""
     from captioner.jepa import train as T
 
-    class Seen(Exception):
-        pass
-
     def fake_train(tc, out, **kw):
-        raise Seen(tc.lr)
+        raise _Seen(tc)
 
     monkeypatch.setattr(T, "train", fake_train)
+    calls = itertools.count()
+
+    def get(kind, cfg):
+        with pytest.raises(_Seen) as e:
+            S._train_and_load(kind, cfg, None, tmp_path / f"{kind}-{next(calls)}", False, 5, 0)
+        return e.value.args[0]
+
+    return get
+
+
+def test_text_lr_applies_to_the_text_sides_only(train_config):
     cfg = S.LabConfig(lr=4e-3, text_lr=1e-3)
-    lrs = {}
-    for kind in ("image-jepa", "text-jepa", "ntp"):
-        with pytest.raises(Seen) as e:
-            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
-        lrs[kind] = e.value.args[0]
+    lrs = {kind: train_config(kind, cfg).lr for kind in ("image-jepa", "text-jepa", "ntp")}
     assert lrs == {"image-jepa": 4e-3, "text-jepa": 1e-3, "ntp": 1e-3}
-    with pytest.raises(Seen) as e:
-        S._train_and_load("text-jepa", S.LabConfig(lr=2e-3), None, tmp_path / "t2", False, 5, 0)
-    assert e.value.args[0] == 2e-3                                  # text_lr None: the shared lr
+    assert train_config("text-jepa", S.LabConfig(lr=2e-3)).lr == 2e-3      # text_lr None: the shared lr
 
 
 def test_mutual_knn_ceiling_of_perfect_latents_is_below_one():
@@ -120,49 +130,25 @@ def test_mutual_knn_ceiling_of_perfect_latents_is_below_one():
     assert f"ceiling (the latents vs a rotation of them + 1% noise) = {c:.3f}" in t
 
 
-def test_objective_reaches_both_jepas(monkeypatch, tmp_path):
-    from captioner.jepa import train as T
-
-    class Seen(Exception):
-        pass
-
-    def fake_train(tc, out, **kw):
-        raise Seen(tc.objective)
-
-    monkeypatch.setattr(T, "train", fake_train)
+def test_objective_reaches_both_jepas(train_config):
     cfg = S.LabConfig(objective={"reg": "vicreg", "reg_weight": 0.2, "pred_hidden": 0})
     for kind in ("image-jepa", "text-jepa"):
-        with pytest.raises(Seen) as e:
-            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
-        o = e.value.args[0]
+        o = train_config(kind, cfg).objective
         assert (o.reg, o.reg_weight, o.pred_hidden) == ("vicreg", 0.2, 0)
-    with pytest.raises(Seen) as e:                                  # empty: the preset's objective
-        S._train_and_load("text-jepa", S.LabConfig(), None, tmp_path / "t2", False, 5, 0)
-    assert (e.value.args[0].reg, e.value.args[0].pred_hidden) == ("sigreg", 128)
+    o = train_config("text-jepa", S.LabConfig()).objective               # empty: the preset's objective
+    assert (o.reg, o.pred_hidden) == ("sigreg", 128)
 
 
-def test_text_objective_reaches_the_text_sides_only(monkeypatch, tmp_path):
-    from captioner.jepa import train as T
-
-    class Seen(Exception):
-        pass
-
-    def fake_train(tc, out, **kw):
-        raise Seen(tc.objective)
-
-    monkeypatch.setattr(T, "train", fake_train)
+def test_text_objective_reaches_the_text_sides_only(train_config):
     cfg = S.LabConfig(objective={"reg_weight": 0.1, "pred_hidden": 0}, text_objective={"pred_hidden": 128})
     seen = {}
     for kind in ("image-jepa", "text-jepa", "ntp"):
-        with pytest.raises(Seen) as e:
-            S._train_and_load(kind, cfg, None, tmp_path / kind, False, 5, 0)
-        seen[kind] = (e.value.args[0].reg_weight, e.value.args[0].pred_hidden)
+        o = train_config(kind, cfg).objective
+        seen[kind] = (o.reg_weight, o.pred_hidden)
     # the image side keeps the shared objective; the text sides merge the override over it
     assert seen == {"image-jepa": (0.1, 0), "text-jepa": (0.1, 128), "ntp": (0.1, 128)}
-    with pytest.raises(Seen) as e:                                  # text override alone: image keeps the preset's
-        S._train_and_load("image-jepa", S.LabConfig(text_objective={"reg_weight": 0.2}), None, tmp_path / "i2",
-                          False, 5, 0)
-    assert (e.value.args[0].reg_weight, e.value.args[0].pred_hidden) == (0.05, 128)
+    o = train_config("image-jepa", S.LabConfig(text_objective={"reg_weight": 0.2})).objective
+    assert (o.reg_weight, o.pred_hidden) == (0.05, 128)                  # text override alone: image keeps the preset's
 
 
 def test_linear_predictor():
