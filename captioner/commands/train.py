@@ -145,28 +145,20 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
     held-out Procrustes residual between each text side and the image JEPA."""
     from captioner.jepa.scenelab import LabConfig, format_table, run_lab
 
+    def given(**opts):  # the options the user set (0 is a setting for pred_hidden: test None, not falsity)
+        return {k: v for k, v in opts.items() if v is not None}
+
     kw = {"preset": preset, "seed": seed}
     if steps:
         kw.update(image_steps=steps, text_steps=steps)
-    if image_steps:
-        kw["image_steps"] = image_steps
-    if text_steps:
-        kw["text_steps"] = text_steps
-    if lr:
-        kw["lr"] = lr
-    if text_lr:
-        kw["text_lr"] = text_lr
-    objective = {k: v for k, v in (("reg", reg), ("reg_weight", reg_weight), ("pred_hidden", pred_hidden))
-                 if v is not None}
+    # counts and rates of 0 mean "unset", as before
+    kw.update({k: v for k, v in given(image_steps=image_steps, text_steps=text_steps, lr=lr, text_lr=text_lr,
+                                      n_train=n_train, n_test=n_test).items() if v})
+    objective = given(reg=reg, reg_weight=reg_weight, pred_hidden=pred_hidden)
     if objective:
         kw["objective"] = objective
-    text_objective = {k: v for k, v in (("reg_weight", text_reg_weight), ("pred_hidden", text_pred_hidden))
-                      if v is not None}
+    text_objective = given(reg_weight=text_reg_weight, pred_hidden=text_pred_hidden)
     if text_objective:
         kw["text_objective"] = text_objective
-    if n_train:
-        kw["n_train"] = n_train
-    if n_test:
-        kw["n_test"] = n_test
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
