@@ -54,3 +54,20 @@ class FakeImageEncoder(Encoder):
             grid = [a[i:i + 4, j:j + 4].mean((0, 1)) for i in (0, 4) for j in (0, 4)]
             rows.append(np.concatenate([a.mean((0, 1))] + grid))
         return np.stack(rows)
+
+
+def install_fake_encoders(monkeypatch) -> dict:
+    """Route ``captioner.encoders.get_encoder`` to a fake image and a fake text encoder (returned by name;
+    a test may add more to the dict). Other names raise the registry's error."""
+    import captioner.encoders as encoders
+    from captioner.errors import CaptionerError
+
+    made = {"fake-image": FakeImageEncoder(), "fake-text": FakeTextEncoder(16)}
+
+    def get_encoder(name, device="cpu", **kw):
+        if name not in made:
+            raise CaptionerError(f"unknown encoder {name!r}")
+        return made[name]
+
+    monkeypatch.setattr(encoders, "get_encoder", get_encoder)
+    return made

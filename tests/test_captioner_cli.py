@@ -9,10 +9,8 @@ import pytest
 from click.testing import CliRunner
 from PIL import Image
 
-import captioner.encoders as encoders
 from captioner.cli import cli, main
-from captioner.errors import CaptionerError
-from tests.fakes import FakeImageEncoder, FakeTextEncoder
+from tests.fakes import install_fake_encoders
 
 HAS_TUX = os.path.isdir("/usr/share/tuxpaint/stamps")
 HAS_JAVA = shutil.which("java") is not None
@@ -29,14 +27,7 @@ def module_home(tmp_path_factory):
 def fakes(monkeypatch, captioner_home, module_home):
     # One state folder for the module: the fake embeddings and fitted maps are built once, not per test.
     monkeypatch.setenv("CAPTIONER_HOME", str(module_home))
-    made = {"fake-image": FakeImageEncoder(), "fake-text": FakeTextEncoder(16)}
-
-    def get_encoder(name, device="cpu", **kw):
-        if name not in made:
-            raise CaptionerError(f"unknown encoder {name!r}")
-        return made[name]
-
-    monkeypatch.setattr(encoders, "get_encoder", get_encoder)
+    made = install_fake_encoders(monkeypatch)
     from captioner import pipeline
 
     monkeypatch.setattr(pipeline, "_DEFAULTS", {})  # a fresh Pipeline per test: artifacts come from disk

@@ -4,11 +4,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-import captioner.encoders as encoders
 from captioner.datasets import CaptionDataset, Sample
 from captioner.errors import CacheMismatchError, CaptionerError
 from captioner.pipeline import Pipeline
-from tests.fakes import FakeImageEncoder, FakeTextEncoder
+from tests.fakes import FakeImageEncoder, install_fake_encoders
 
 CAPTIONS = ["a koala.", "a red fire truck.", "a green frog.", "a yellow banana.", "a whale.", "a cup of coffee.",
             "a snowman.", "a rocket.", "a hat.", "a train.", "a bicycle.", "a tulip.", "a dog.", "a cat."]
@@ -32,14 +31,7 @@ def train_set():
 
 @pytest.fixture
 def fakes(monkeypatch):
-    made = {"fake-image": FakeImageEncoder(), "fake-text": FakeTextEncoder(16)}
-
-    def get_encoder(name, device="cpu", **kw):
-        if name not in made:
-            raise CaptionerError(f"unknown encoder {name!r}")
-        return made[name]
-
-    monkeypatch.setattr(encoders, "get_encoder", get_encoder)
+    made = install_fake_encoders(monkeypatch)
     return made
 
 
