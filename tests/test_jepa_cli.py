@@ -77,11 +77,14 @@ def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
     assert code == 0, err
     cfg = seen["cfg"]
     assert (cfg.image_steps, cfg.text_steps, cfg.lr, cfg.text_lr) == (50, 30, 4e-3, 1e-3)
-    assert cfg.objective == {}
+    assert cfg.objective == {"reg_weight": 0.1, "pred_hidden": 0}            # the lab's defaults
     code, out, err = _run(["scenelab", "--reg", "vicreg", "--reg-weight", "0.2", "--pred-hidden", "0", "--quiet"],
                           capsys)
     assert code == 0, err
     assert seen["cfg"].objective == {"reg": "vicreg", "reg_weight": 0.2, "pred_hidden": 0}
+    code, out, err = _run(["scenelab", "--pred-hidden", "128", "--quiet"], capsys)
+    assert code == 0, err
+    assert seen["cfg"].objective == {"reg_weight": 0.1, "pred_hidden": 128}   # merged over the defaults
     assert seen["cfg"].text_objective == {}
     code, out, err = _run(["scenelab", "--pred-hidden", "0", "--reg-weight", "0.1", "--text-pred-hidden", "128",
                            "--text-reg-weight", "0.2", "--quiet"], capsys)

@@ -266,3 +266,17 @@ def test_base_109m_preset_is_bert_base_sized():
         m = build_model("text-jepa", cfg.text, obj=cfg.objective)
     n = count_params(m.encoder)
     assert 108e6 < n < 111e6, n
+
+
+def test_reg_weight_schedule_moves_linearly_over_training(tmp_path):
+    # reg_weight_end: w(step) = start + (end - start) * step / steps; the log's loss is (1 - w) pred + w reg
+    cfg = _text_cfg(steps=4, save_every=4, objective={**SMALL_OBJ, "reg_weight": 0.5, "reg_weight_end": 0.1})
+    train(cfg, tmp_path / "run", data=_data(), progress=False)
+    log = read_log(tmp_path / "run")
+    for i, r in enumerate(log):
+        w = 0.5 + (0.1 - 0.5) * i / 4
+        assert r["loss"] == pytest.approx((1 - w) * r["pred"] + w * r["reg"], rel=1e-4), (i, r)
+    fixed = _text_cfg(steps=2, save_every=2, objective={**SMALL_OBJ, "reg_weight": 0.5})
+    train(fixed, tmp_path / "fixed", data=_data(), progress=False)
+    for r in read_log(tmp_path / "fixed"):
+        assert r["loss"] == pytest.approx(0.5 * r["pred"] + 0.5 * r["reg"], rel=1e-4)

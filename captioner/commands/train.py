@@ -38,7 +38,7 @@ def _options(f):
         click.option("--lr", type=float, default=None),
         click.option("--reg", type=click.Choice(["sigreg", "vicreg", "infonce"]), default=None,
                      help="collapse-preventing regulariser (JEPAs)"),
-        click.option("--target", type=click.Choice(["stopgrad", "ema"]), default=None,
+        click.option("--target", type=click.Choice(["stopgrad", "ema", "none"]), default=None,
                      help="prediction target: stop-gradient online embedding or an EMA encoder"),
         click.option("--n-scenes", type=int, default=None, help="use the first N scenes of the corpus"),
         click.option("--save-every", type=int, default=None, help="checkpoint every N steps"),
@@ -112,7 +112,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 
 @click.command("scenelab")
 @click.option("--preset", default="tiny", show_default=True, help="model preset for the three encoders")
-@click.option("--steps", type=int, default=None, help="training steps for each model (default 400)")
+@click.option("--steps", type=int, default=None, help="training steps for each model (default: 2400 image, 1600 text)")
 @click.option("--image-steps", type=int, default=None, help="image JEPA steps (overrides --steps)")
 @click.option("--text-steps", type=int, default=None, help="text JEPA and NTP steps (overrides --steps)")
 @click.option("--lr", type=float, default=None, help="peak learning rate (default 4e-3)")
@@ -120,9 +120,9 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--reg", type=click.Choice(["sigreg", "vicreg", "infonce"]), default=None,
               help="both JEPAs' collapse-preventing regulariser (default: the preset's, sigreg)")
 @click.option("--reg-weight", type=float, default=None,
-              help="loss = (1 - w) * prediction + w * regulariser (default: the preset's, 0.05)")
+              help="loss = (1 - w) * prediction + w * regulariser (default 0.1)")
 @click.option("--pred-hidden", type=int, default=None,
-              help="JEPA predictor hidden width; 0 = a linear predictor (default: the preset's, 128)")
+              help="JEPA predictor hidden width; 0 = a linear predictor (default 0)")
 @click.option("--text-reg-weight", type=float, default=None,
               help="text JEPA and NTP regulariser weight (overrides --reg-weight on the text side only)")
 @click.option("--text-pred-hidden", type=int, default=None,
@@ -155,8 +155,8 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
     kw.update({k: v for k, v in given(image_steps=image_steps, text_steps=text_steps, lr=lr, text_lr=text_lr,
                                       n_train=n_train, n_test=n_test).items() if v})
     objective = given(reg=reg, reg_weight=reg_weight, pred_hidden=pred_hidden)
-    if objective:
-        kw["objective"] = objective
+    if objective:   # over the lab's defaults, not instead of them
+        kw["objective"] = {**LabConfig().objective, **objective}
     text_objective = given(reg_weight=text_reg_weight, pred_hidden=text_pred_hidden)
     if text_objective:
         kw["text_objective"] = text_objective

@@ -51,7 +51,8 @@ class ImageConfig:
 class ObjectiveConfig:
     reg: str = "sigreg"            # "sigreg" | "vicreg" | "infonce"
     reg_weight: float = 0.05       # loss = (1 - w) * prediction + w * regulariser (sigreg, vicreg)
-    target: str = "stopgrad"       # "stopgrad" | "ema"
+    reg_weight_end: float | None = None   # w moves linearly from reg_weight to this over training (None: fixed)
+    target: str = "stopgrad"       # "stopgrad" | "ema" | "none" (gradients through both views: VICReg's own setting)
     ema: float = 0.996
     pred_hidden: int = 128         # 0: a linear predictor
     sigreg_slices: int = 256
@@ -284,14 +285,15 @@ class JEPA(nn.Module):
         self.obj = obj
         self.pred = predictor(embed_dim, obj.pred_hidden)
         self.target = None  # built by enable_ema() once the encoder exists
+        self.progress = 0.0  # fraction of training done (set by the training loop; drives reg_weight_end)
 
     def _make_target(self):
         if self.obj.target == "ema":
             self.target = copy.deepcopy(self.encoder)
             for p in self.target.parameters():
                 p.requires_grad_(False)
-        elif self.obj.target != "stopgrad":
-            raise ValueError(f"target must be 'stopgrad' or 'ema', not {self.obj.target!r}")
+        elif self.obj.target not in ("stopgrad", "none"):
+            raise ValueError(f"target must be 'stopgrad', 'ema' or 'none', not {self.obj.target!r}")
 
     @torch.no_grad()
     def update_target(self):
@@ -305,7 +307,7 @@ class JEPA(nn.Module):
 
     def _target_embed(self, *view):
         if self.target is None:
-            return self.embed(*view).detach()
+            return self.embed(*view) if self.obj.target == "none" else self.embed(*view).detach()
         with torch.no_grad():
             return self._run(self.target, *view)
 
@@ -318,8 +320,12 @@ class JEPA(nn.Module):
             ta, tb = (za, zb) if self.target is None else (self._target_embed(*view_a), self._target_embed(*view_b))
             pred = (info_nce(pa, tb, o.temperature) + info_nce(pb, ta, o.temperature)) / 2
             return {"loss": pred, "pred": pred.detach(), "reg": torch.zeros(())}
-        ta = self._target_embed(*view_a) if self.target is not None else za.detach()
-        tb = self._target_embed(*view_b) if self.target is not None else zb.detach()
+        if self.target is not None:
+            ta, tb = self._target_embed(*view_a), self._target_embed(*view_b)
+        elif o.target == "none":
+            ta, tb = za, zb
+        else:
+            ta, tb = za.detach(), zb.detach()
         pred = (F.mse_loss(pa.float(), tb.float()) + F.mse_loss(pb.float(), ta.float())) / 2
         if o.reg == "sigreg":
             reg = (sigreg(za, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)
@@ -328,7 +334,7 @@ class JEPA(nn.Module):
             reg = vicreg_reg(za, zb)
         else:
             raise ValueError(f"unknown regulariser {o.reg!r}; choose sigreg, vicreg or infonce")
-        w = o.reg_weight
+        w = o.reg_weight if o.reg_weight_end is None else o.reg_weight + (o.reg_weight_end - o.reg_weight) * self.progress
         return {"loss": (1 - w) * pred + w * reg, "pred": pred.detach(), "reg": reg.detach()}
 
 

@@ -376,6 +376,8 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
             lr = lr_at(cfg, step)
             for g in opt.param_groups:
                 g["lr"] = lr
+            if hasattr(raw, "progress"):
+                raw.progress = step / max(1, cfg.steps)   # a function of the step: the same after a resume
             s = _step_seed(cfg.seed, step, acc.process_index)
             torch.manual_seed(s)   # dropout and the SIGReg directions: same draws after a resume
             rng = np.random.default_rng(s)
