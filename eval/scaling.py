@@ -124,7 +124,7 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
     aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in lab.augment.items()})
     data = V.ImageViews(S.render_array(scenes, lab.n_renders, base.image.image_size, seed=cfg.world_seed), aug)
     lab_img = S.LabConfig(preset=cfg.model_preset, batch_size=cfg.image_batch, embed_dim=cfg.embed_dim,
-                          seed=cfg.world_seed)
+                          seed=cfg.world_seed, objective={})   # the preset's objective, as the scaling runs were measured
     model, _, _ = S._train_and_load("image-jepa", lab_img, data, out / "image-jepa", progress, cfg.image_steps,
                                     cfg.world_seed, augment=asdict(aug))
     X = S.embed_images(model, test_ims)
