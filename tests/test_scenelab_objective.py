@@ -17,5 +17,8 @@ def test_report_rows_and_table():
     # 60 steps from random starts are far from converged: well above that
     assert min(row["residual_vs_latents"]) > row["residual_from_latents"]
     assert 0.8 < res["mutual_knn_ceiling"] < 0.9
+    g = res["per_attribute_reference"]          # measured: 0.071 / 0.500
+    assert 0.05 < g["residual"] < 0.1 and 0.4 < g["mutual_knn"] < 0.6
     t = table(res)
     assert t.count("\n| vicreg |") == 1 and "residual, started at the latents" in t
+    assert f"residual {g['residual']:.3f}, mutual 10-NN" in t
