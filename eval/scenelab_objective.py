@@ -91,7 +91,7 @@ def table(res: dict) -> str:
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--regs", nargs="+", default=["vicreg", "sigreg"], choices=["vicreg", "sigreg"])
+    ap.add_argument("--regs", nargs="+", default=["vicreg", "sigreg"], choices=["vicreg", "sigreg", "cov"])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--reg-weight", type=float, default=0.1)
     ap.add_argument("--from-latents", action="store_true", help="also start a table at the latents")

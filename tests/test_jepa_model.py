@@ -75,6 +75,31 @@ def test_vicreg_and_infonce_known_values():
     assert float(M.info_nce(torch.ones(16, 4), torch.ones(16, 4))) == pytest.approx(math.log(16), rel=1e-5)
 
 
+def test_cov_reg_known_values():
+    # exactly whitened (orthonormal columns scaled to unit covariance, zero mean): 0
+    q, _ = torch.linalg.qr(torch.randn(256, 8, generator=torch.Generator().manual_seed(0)))
+    q = q - q.mean(0)
+    q, _ = torch.linalg.qr(q)
+    w = q * math.sqrt(255)
+    assert abs(float(M.cov_reg(w, w))) < 1e-8
+    # covariance 4I and mean 1 in every coordinate: (4-1)^2 * D / D + D * 1^2 = 9 + 8
+    assert float(M.cov_reg(2 * w + 1, 2 * w + 1)) == pytest.approx(17.0, rel=1e-5)
+    # collapsed: covariance 0 -> ||I||^2 / D = 1, plus the mean; averaged over the two branches
+    assert float(M.cov_reg(torch.zeros(64, 8), torch.zeros(64, 8) + 0.5)) == pytest.approx((1 + 1 + 8 * 0.25) / 2)
+
+
+def test_objective_accepts_cov_and_rejects_unknown():
+    text = M.TextConfig(dim=32, layers=1, heads=2, max_len=16, embed_dim=8, proj_hidden=16)
+    ids = torch.randint(1000, 2000, (6, 10))
+    mask = torch.ones(6, 10, dtype=torch.bool)
+    m = M.build_model("text-jepa", text, obj=M.ObjectiveConfig(reg="cov", pred_hidden=16))
+    out = m((ids, mask), (ids.flip(1), mask))
+    assert torch.isfinite(out["loss"]) and float(out["loss"].detach()) > 0
+    bad = M.build_model("text-jepa", text, obj=M.ObjectiveConfig(reg="whiten", pred_hidden=16))
+    with pytest.raises(ValueError, match="sigreg, vicreg, cov or infonce"):
+        bad((ids, mask), (ids.flip(1), mask))
+
+
 @pytest.mark.parametrize("kind", M.KINDS)
 def test_models_build_and_embed_shapes(kind):
     text = M.TextConfig(dim=32, layers=1, heads=2, max_len=16, embed_dim=8, proj_hidden=16)

@@ -36,7 +36,7 @@ def _options(f):
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--batch-size", type=int, default=None),
         click.option("--lr", type=float, default=None),
-        click.option("--reg", type=click.Choice(["sigreg", "vicreg", "infonce"]), default=None,
+        click.option("--reg", type=click.Choice(["sigreg", "vicreg", "cov", "infonce"]), default=None,
                      help="collapse-preventing regulariser (JEPAs)"),
         click.option("--target", type=click.Choice(["stopgrad", "ema", "none"]), default=None,
                      help="prediction target: stop-gradient online embedding or an EMA encoder"),
@@ -117,7 +117,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--text-steps", type=int, default=None, help="text JEPA and NTP steps (overrides --steps)")
 @click.option("--lr", type=float, default=None, help="peak learning rate (default 4e-3)")
 @click.option("--text-lr", type=float, default=None, help="text JEPA and NTP learning rate (default: --lr)")
-@click.option("--reg", type=click.Choice(["sigreg", "vicreg", "infonce"]), default=None,
+@click.option("--reg", type=click.Choice(["sigreg", "vicreg", "cov", "infonce"]), default=None,
               help="both JEPAs' collapse-preventing regulariser (default: the preset's, sigreg)")
 @click.option("--reg-weight", type=float, default=None,
               help="loss = (1 - w) * prediction + w * regulariser (default 0.1)")
@@ -127,6 +127,8 @@ def scaling_cli(preset, out, force, as_json, quiet):
               help="text JEPA and NTP regulariser weight (overrides --reg-weight on the text side only)")
 @click.option("--text-pred-hidden", type=int, default=None,
               help="text JEPA predictor hidden width (overrides --pred-hidden on the text side only; 0 = linear)")
+@click.option("--image-pool", type=click.Choice(["mean", "flatten", "mean+flatten"]), default=None,
+              help="image JEPA CNN pooling (default mean+flatten: the global average beside the flattened map)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -136,7 +138,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, text_reg_weight,
-                 text_pred_hidden, n_train, n_test, seed, out, as_json, quiet):
+                 text_pred_hidden, image_pool, n_train, n_test, seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -160,5 +162,7 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
     text_objective = given(reg_weight=text_reg_weight, pred_hidden=text_pred_hidden)
     if text_objective:
         kw["text_objective"] = text_objective
+    if image_pool:
+        kw["image"] = {**LabConfig().image, "pool": image_pool}
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))

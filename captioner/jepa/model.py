@@ -49,7 +49,7 @@ class ImageConfig:
 
 @dataclass
 class ObjectiveConfig:
-    reg: str = "sigreg"            # "sigreg" | "vicreg" | "infonce"
+    reg: str = "sigreg"            # "sigreg" | "vicreg" | "cov" (covariance = I, mean = 0) | "infonce"
     reg_weight: float = 0.05       # loss = (1 - w) * prediction + w * regulariser (sigreg, vicreg)
     reg_weight_end: float | None = None   # w moves linearly from reg_weight to this over training (None: fixed)
     target: str = "stopgrad"       # "stopgrad" | "ema" | "none" (gradients through both views: VICReg's own setting)
@@ -128,6 +128,22 @@ def vicreg_reg(z1: torch.Tensor, z2: torch.Tensor, eps: float = 1e-4) -> torch.T
         c = (z.T @ z) / max(1, z.shape[0] - 1)                  # (D, D)
         off = c - torch.diag(torch.diag(c))
         out = out + 25.0 * var + (off ** 2).sum() / z.shape[1]
+    return out / 2
+
+
+def cov_reg(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
+    """Isotropy in the second moments only: the squared Frobenius distance of each branch's covariance
+    from the identity (/ D) plus its squared mean. It asks for what SIGReg asks of the first two moments
+    (zero mean, identity covariance) and nothing of the shape, so a discrete world's embedding is not
+    pulled toward a Gaussian. (N, D) x2 -> scalar (0 for whitened embeddings)."""
+    out = 0.0
+    for z in (z1, z2):
+        z = z.float()
+        mu = z.mean(0)
+        zc = z - mu
+        c = (zc.T @ zc) / max(1, z.shape[0] - 1)                # (D, D)
+        eye = torch.eye(z.shape[1], device=z.device)
+        out = out + ((c - eye) ** 2).sum() / z.shape[1] + (mu ** 2).sum()
     return out / 2
 
 
@@ -332,8 +348,10 @@ class JEPA(nn.Module):
                    + sigreg(zb, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)) / 2
         elif o.reg == "vicreg":
             reg = vicreg_reg(za, zb)
+        elif o.reg == "cov":
+            reg = cov_reg(za, zb)
         else:
-            raise ValueError(f"unknown regulariser {o.reg!r}; choose sigreg, vicreg or infonce")
+            raise ValueError(f"unknown regulariser {o.reg!r}; choose sigreg, vicreg, cov or infonce")
         w = o.reg_weight if o.reg_weight_end is None else o.reg_weight + (o.reg_weight_end - o.reg_weight) * self.progress
         return {"loss": (1 - w) * pred + w * reg, "pred": pred.detach(), "reg": reg.detach()}
 
