@@ -160,6 +160,15 @@ def test_text_objective_reaches_the_text_sides_only(train_config):
     assert (o.reg_weight, o.pred_hidden) == (0.05, 128)                  # text override alone: image keeps the preset's
 
 
+def test_architecture_overrides_reach_their_side(train_config):
+    tc = train_config("image-jepa", S.LabConfig())
+    assert tc.image.pool == "mean+flatten" and tc.image.embed_dim == S.LATENT_DIM      # the lab's default
+    tc = train_config("image-jepa", S.LabConfig(image={"pool": "mean", "embed_dim": 99}))
+    assert tc.image.pool == "mean" and tc.image.embed_dim == S.LATENT_DIM             # embed_dim stays the lab's
+    tc = train_config("text-jepa", S.LabConfig(text={"layers": 1}))
+    assert tc.text.layers == 1 and tc.text.embed_dim == S.LATENT_DIM
+
+
 def test_linear_predictor():
     import torch
 

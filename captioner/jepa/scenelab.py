@@ -198,6 +198,11 @@ class LabConfig:
     # same objective as the image JEPA); e.g. {"pred_hidden": 128} keeps an MLP predictor on the text side
     # while the image side uses a linear one
     text_objective: dict = field(default_factory=dict)
+    # architecture overrides over the preset's (ImageConfig / TextConfig fields). The image default keeps
+    # the global average beside the flattened map: the tiny preset's "flatten" alone left the image JEPA
+    # further from the latents (README, scene lab)
+    image: dict = field(default_factory=lambda: {"pool": "mean+flatten"})
+    text: dict = field(default_factory=dict)
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
     augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
@@ -294,8 +299,8 @@ def lookup_optimum(reg: str = "vicreg", reg_weight: float = 0.1, steps: int = 20
 
     from captioner.jepa.model import JEPA, ObjectiveConfig
 
-    if reg not in ("vicreg", "sigreg"):
-        raise ValueError(f"lookup_optimum: reg must be 'vicreg' or 'sigreg', not {reg!r}")
+    if reg not in ("vicreg", "sigreg", "cov"):
+        raise ValueError(f"lookup_optimum: reg must be 'vicreg', 'sigreg' or 'cov', not {reg!r}")
     if init not in ("random", "latents") or (init == "latents" and dim != LATENT_DIM):
         raise ValueError(f"lookup_optimum: init must be 'random' or 'latents' (with dim {LATENT_DIM}), not {init!r}")
 
@@ -381,8 +386,8 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     lr = cfg.lr if kind == "image-jepa" or cfg.text_lr is None else cfg.text_lr
     objective = dict(cfg.objective) if kind == "image-jepa" else {**cfg.objective, **cfg.text_objective}
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
-                        lr=lr, save_every=max(1, steps // 4), text={"embed_dim": cfg.embed_dim},
-                        image={"embed_dim": cfg.embed_dim},
+                        lr=lr, save_every=max(1, steps // 4), text={**cfg.text, "embed_dim": cfg.embed_dim},
+                        image={**cfg.image, "embed_dim": cfg.embed_dim},
                         objective=objective or None, **over)
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
@@ -424,7 +429,7 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
                                         for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
     aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
 
-    base = resolve_config("image-jepa", cfg.preset)
+    base = resolve_config("image-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
     img_data = V.ImageViews(render_array(scenes, cfg.n_renders, base.image.image_size, seed=cfg.seed), aug)
     img_model, img_cfg, _ = _train_and_load("image-jepa", cfg, img_data, out / "image-jepa", progress,
                                             cfg.image_steps, cfg.seed, augment=asdict(aug))
