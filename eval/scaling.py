@@ -29,6 +29,9 @@ class ScalingConfig:
     model_preset: str = "tiny"
     methods: list = field(default_factory=lambda: ["text-jepa", "ntp"])
     ns: list = field(default_factory=lambda: [256, 512, 1024, 2048, 4096])   # samples seen
+    # more sample counts for one method only (e.g. NTP further out, where it might start to align); they
+    # join that method's law and the ratio bound
+    extra_ns: dict = field(default_factory=dict)
     seeds: list = field(default_factory=lambda: [0, 1, 2])
     batch_size: int = 32
     lr: float = 4e-3              # as the scene lab
@@ -43,9 +46,10 @@ class ScalingConfig:
 
 PRESETS = {
     # a few minutes on two cores: tiny models, 5 sample counts x 3 seeds x 2 methods
-    "cpu": ScalingConfig(),
+    "cpu": ScalingConfig(extra_ns={"ntp": [16384, 65536]}),
     # seconds: for tests of the machinery only
-    "quick": ScalingConfig(name="quick", ns=[64, 128, 256, 512], seeds=[0, 1], batch_size=16, n_train=200,
+    "quick": ScalingConfig(name="quick", ns=[64, 128, 256, 512], seeds=[0, 1], batch_size=16,
+                           extra_ns={"ntp": [1024]}, n_train=200,
                            n_test=60, image_steps=20, image_batch=32, k=5),
     # longer curves (a GPU, or an hour of CPU)
     "full": ScalingConfig(name="full", ns=[1024, 2048, 4096, 8192, 16384, 32768, 65536], seeds=[0, 1, 2],
@@ -194,6 +198,7 @@ def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
         out["methods"][m] = entry
     good, bad = "text-jepa", "ntp"
     if good in out["methods"] and bad in out["methods"]:
+        out["ratio_bound"] = ratio_bound(out["methods"][good]["points"], out["methods"][bad]["points"])
         fg, fb = out["methods"][good].get("fit_all", {}), out["methods"][bad].get("fit_all", {})
         pts_b = out["methods"][bad]["points"]
         if "a_inf" in fg and "a_inf" in fb and pts_b:
@@ -217,6 +222,27 @@ def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
             out["ratio"]["ntp_samples_for_jepa_best"] = {"alignment": tg["mean"], "n_jepa": tg["n"], "n_ntp": nb,
                                                           "ratio": nb / tg["n"] if math.isfinite(nb) else None}
     return out
+
+
+def ratio_bound(good: list[dict], bad: list[dict]) -> dict | None:
+    """A model-free lower bound on the sample ratio, from the measured points alone (no fit).
+
+    ``good`` / ``bad``: the per-n points ({"n", "mean", "std"}) of the JEPA and of NTP. The alignment
+    level is the highest NTP mean plus twice the largest seed std of either method; the first JEPA n
+    whose mean clears it is ``n_good``. NTP stayed below that level at every n up to its largest,
+    ``n_bad``, so NTP needs more than ``n_bad`` samples where the JEPA needed ``n_good``: ratio >
+    n_bad / n_good. None when no JEPA point clears the level.
+    """
+    if not good or not bad:
+        return None
+    noise = max(p["std"] for p in good + bad)
+    level = max(p["mean"] for p in bad) + 2 * noise
+    above = [p for p in sorted(good, key=lambda p: p["n"]) if p["mean"] > level]
+    if not above:
+        return None
+    n_bad = max(p["n"] for p in bad)
+    return {"level": float(level), "n_jepa": int(above[0]["n"]), "jepa_mean": float(above[0]["mean"]),
+            "n_ntp_max": int(n_bad), "ratio_greater_than": n_bad / above[0]["n"]}
 
 
 def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Path:
@@ -294,7 +320,7 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
             p.unlink()
         (out / "image_test.npy").unlink(missing_ok=True)
     Y = _image_side(cfg, out, scenes, lab, test_ims, progress)
-    todo = [(m, n, s) for m in cfg.methods for n in cfg.ns for s in cfg.seeds]
+    todo = [(m, n, s) for m in cfg.methods for n in sorted({*cfg.ns, *cfg.extra_ns.get(m, [])}) for s in cfg.seeds]
     runs, sources = [], {}
 
     def source(m, s):
@@ -373,5 +399,10 @@ def format_table(res: dict) -> str:
         lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the NTP law "
                      + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else
                         f"never reaches it (a_inf = {r['ntp_a_inf']:.3f})."))
+    b = res.get("ratio_bound")
+    if b:
+        lines.append(f"Bound from the measured points (no fit): the JEPA clears {b['level']:.3f} (NTP's best + 2 x the "
+                     f"largest seed std) at n={b['n_jepa']} ({b['jepa_mean']:.3f}); NTP stays below it up to "
+                     f"n={b['n_ntp_max']} -> sample ratio NTP / JEPA > {b['ratio_greater_than']:.0f}x there.")
     lines.append(f"\nPlot: {res.get('plot', '-')}")
     return "\n".join(lines)

