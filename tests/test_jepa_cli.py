@@ -62,7 +62,7 @@ def test_train_resume_refuse_and_encode(tmp_path, capsys):
     assert enc.encode(["a red thing", "a blue thing"]).shape == (2, 64)
 
 
-def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
+def test_scenelab_cli_passes_steps_and_learning_rates(tmp_path, monkeypatch, capsys):
     from captioner.jepa import scenelab as S
 
     seen = {}
@@ -97,3 +97,25 @@ def test_scenelab_cli_passes_steps_and_learning_rates(monkeypatch, capsys):
     assert seen["cfg"].image == {"pool": "flatten"}
     code, out, err = _run(["scenelab", "--image-pool", "max", "--quiet"], capsys)
     assert code != 0 and "max" in err
+    assert seen["cfg"].init_from is None
+    code, out, err = _run(["scenelab", "--init-from", str(tmp_path), "--reg", "cov", "--quiet"], capsys)
+    assert code == 0, err
+    assert seen["cfg"].init_from == str(tmp_path) and seen["cfg"].objective["reg"] == "cov"
+    code, out, err = _run(["scenelab", "--init-from", str(tmp_path / "missing"), "--quiet"], capsys)
+    assert code != 0 and "missing" in err
+
+
+def test_train_cli_passes_init_from(tmp_path, monkeypatch, capsys):
+    from captioner.jepa import train as T
+
+    seen = {}
+
+    def fake_train(cfg, out, resume=False, progress=True, **kw):
+        seen["cfg"] = cfg
+        return {"step": 1, "resumed_from": 0, "first_loss": None, "last_loss": None, "seconds": 0.0, "params": 1}
+
+    monkeypatch.setattr(T, "train", fake_train)
+    code, _, err = _run(["train", "image-jepa", "--init-from", str(tmp_path), "--reg", "cov", "--out",
+                         str(tmp_path / "o"), "--quiet"], capsys)
+    assert code == 0, err
+    assert seen["cfg"].init_from == str(tmp_path) and seen["cfg"].objective.reg == "cov"

@@ -280,3 +280,38 @@ def test_reg_weight_schedule_moves_linearly_over_training(tmp_path):
     train(fixed, tmp_path / "fixed", data=_data(), progress=False)
     for r in read_log(tmp_path / "fixed"):
         assert r["loss"] == pytest.approx(0.5 * r["pred"] + 0.5 * r["reg"], rel=1e-4)
+
+
+def test_init_from_starts_a_fresh_run_at_the_checkpoints_weights(tmp_path):
+    from captioner.jepa.model import build_model
+    from captioner.jepa.train import warm_start
+
+    train(_text_cfg(steps=4, save_every=4), tmp_path / "a", data=_data(), progress=False)
+    a = load_checkpoint(tmp_path / "a")["model"]
+    # another objective and predictor width: the encoder loads, the (other-shaped) predictor does not
+    cfg = _text_cfg(steps=2, save_every=2, lr=1e-12, warmup=0, init_from=str(tmp_path / "a"),
+                    objective={**SMALL_OBJ, "reg": "cov", "pred_hidden": 16})
+    m = build_model(cfg.kind, cfg.text, cfg.image, cfg.objective)
+    n = warm_start(m, cfg, tmp_path / "a")
+    assert n == len([k for k in a if k.startswith("encoder.")]) and n > 0
+    for k in a:
+        if k.startswith("encoder."):
+            torch.testing.assert_close(m.state_dict()[k], a[k])
+    # through train(): step 0 from those weights, a fresh optimizer; lr ~ 0 keeps the weights (BatchNorm's
+    # running statistics still move: compare parameters)
+    enc = [k for k, _ in m.named_parameters() if k.startswith("encoder.")]
+    s = train(cfg, tmp_path / "b", data=_data(), progress=False)
+    assert s["resumed_from"] == 0 and load_checkpoint(tmp_path / "b")["step"] == 2
+    b = load_checkpoint(tmp_path / "b")["model"]
+    assert max(float((b[k] - a[k]).abs().max()) for k in enc) < 1e-6
+    fresh = _text_cfg(steps=2, save_every=2, lr=1e-12, warmup=0, objective={**SMALL_OBJ, "reg": "cov"})
+    train(fresh, tmp_path / "c", data=_data(), progress=False)
+    c = load_checkpoint(tmp_path / "c")["model"]
+    assert max(float((c[k] - a[k]).abs().max()) for k in enc) > 1e-3
+    # another architecture or kind is refused, naming the difference
+    wider = _text_cfg(steps=2, text={**SMALL_TEXT, "dim": 48}, init_from=str(tmp_path / "a"))
+    with pytest.raises(PresetMismatchError, match=r"init-from .*text"):
+        train(wider, tmp_path / "d", data=_data(), progress=False)
+    with pytest.raises(PresetMismatchError, match=r"kind"):
+        train(_text_cfg("ntp", steps=2, init_from=str(tmp_path / "a")), tmp_path / "e", data=_data("ntp"),
+              progress=False)

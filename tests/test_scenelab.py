@@ -168,6 +168,17 @@ def test_architecture_overrides_reach_their_side(train_config):
     tc = train_config("text-jepa", S.LabConfig(text={"layers": 1}))
     assert tc.text.layers == 1 and tc.text.embed_dim == S.LATENT_DIM
 
+    tc = train_config("ntp", S.LabConfig(init_from="/runs/old-lab"))
+    assert tc.init_from == "/runs/old-lab/ntp"                                      # each model from its own
+    assert train_config("text-jepa", S.LabConfig()).init_from is None
+
+
+def test_init_from_its_own_folder_is_refused(tmp_path):
+    from captioner.errors import CaptionerError
+
+    with pytest.raises(CaptionerError, match="own folder"):
+        S._train_and_load("text-jepa", S.LabConfig(init_from=str(tmp_path)), None, tmp_path / "text-jepa", False, 5, 0)
+
 
 def test_linear_predictor():
     import torch

@@ -33,6 +33,9 @@ def _options(f):
         click.option("--steps", type=int, default=None, help="total optimizer steps (preset default)"),
         click.option("--out", type=click.Path(file_okay=False), default=None, help="run folder"),
         click.option("--resume", is_flag=True, help="continue from the checkpoint in --out"),
+        click.option("--init-from", type=click.Path(exists=True), default=None,
+                     help="start from this checkpoint's weights (same kind and architecture) at step 0, e.g. "
+                          "to fine-tune with another --reg"),
         click.option("--seed", type=int, default=0, show_default=True),
         click.option("--batch-size", type=int, default=None),
         click.option("--lr", type=float, default=None),
@@ -53,7 +56,7 @@ def _options(f):
     return f
 
 
-def _run(kind, preset, corpus, steps, out, resume, seed, batch_size, lr, reg, target, n_scenes, save_every,
+def _run(kind, preset, corpus, steps, out, resume, init_from, seed, batch_size, lr, reg, target, n_scenes, save_every,
          device, precision, threads, as_json, quiet):
     from captioner.jepa.train import resolve_config, train
     from captioner.paths import subdir
@@ -62,7 +65,7 @@ def _run(kind, preset, corpus, steps, out, resume, seed, batch_size, lr, reg, ta
     objective = {k: v for k, v in (("reg", reg), ("target", target)) if v is not None}
     cfg = resolve_config(kind, preset, corpus=corpus, steps=steps, seed=seed, batch_size=batch_size, lr=lr,
                          n_scenes=n_scenes, save_every=save_every, device=device, precision=precision,
-                         threads=threads, objective=objective or None)
+                         threads=threads, objective=objective or None, init_from=init_from)
     if out is None:
         slug = re.sub(r"[^A-Za-z0-9]+", "-", corpus.rsplit("/", 1)[-1].removesuffix(".json")).strip("-")
         out = subdir("checkpoints") / f"{kind}-{cfg.preset}-{slug}"
@@ -129,6 +132,9 @@ def scaling_cli(preset, out, force, as_json, quiet):
               help="text JEPA predictor hidden width (overrides --pred-hidden on the text side only; 0 = linear)")
 @click.option("--image-pool", type=click.Choice(["mean", "flatten", "mean+flatten"]), default=None,
               help="image JEPA CNN pooling (default mean+flatten: the global average beside the flattened map)")
+@click.option("--init-from", type=click.Path(exists=True, file_okay=False), default=None,
+              help="a previous scene-lab folder: each model starts from its checkpoint there (fine-tuning, "
+                   "e.g. SIGReg-trained encoders with --reg cov)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -138,7 +144,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, text_reg_weight,
-                 text_pred_hidden, image_pool, n_train, n_test, seed, out, as_json, quiet):
+                 text_pred_hidden, image_pool, init_from, n_train, n_test, seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -164,5 +170,7 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
         kw["text_objective"] = text_objective
     if image_pool:
         kw["image"] = {**LabConfig().image, "pool": image_pool}
+    if init_from:
+        kw["init_from"] = str(init_from)
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))

@@ -203,6 +203,8 @@ class LabConfig:
     # further from the latents (README, scene lab)
     image: dict = field(default_factory=lambda: {"pool": "mean+flatten"})
     text: dict = field(default_factory=dict)
+    # a previous lab folder: each model starts from <init_from>/<kind>/checkpoint.pt (train's init_from)
+    init_from: str | None = None
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
     augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
@@ -380,6 +382,9 @@ def embed_images(model, images, batch: int = 256) -> np.ndarray:
 
 
 def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, seed: int, **over):
+    from pathlib import Path
+
+    from captioner.errors import CaptionerError
     from captioner.jepa.model import build_model
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
@@ -388,7 +393,11 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     tc = resolve_config(kind, cfg.preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size, seed=seed,
                         lr=lr, save_every=max(1, steps // 4), text={**cfg.text, "embed_dim": cfg.embed_dim},
                         image={**cfg.image, "embed_dim": cfg.embed_dim},
-                        objective=objective or None, **over)
+                        objective=objective or None, **over,
+                        init_from=str(Path(cfg.init_from) / kind) if cfg.init_from else None)
+    if cfg.init_from and Path(tc.init_from).resolve() == Path(out).resolve():
+        raise CaptionerError(f"scenelab --init-from {cfg.init_from}: that is this run's own folder; "
+                             "choose another --out")
     ckpt = out / "checkpoint.pt"
     if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
         summary = train(tc, out, resume=True, data=data, progress=progress)

@@ -62,6 +62,9 @@ class TrainConfig:
     precision: str = "no"                  # no | bf16 | fp16 (autocast through accelerate)
     threads: int = 0                       # torch intra-op threads on CPU (0: torch's default); tiny models
                                            # run faster on 1 than on 2 contended cores
+    init_from: str | None = None           # a checkpoint (file or run folder) of the same kind and architecture
+                                           # whose weights start this run at step 0 with a fresh optimizer
+                                           # (fine-tuning, e.g. with another objective); a resumed run ignores it
     text: TextConfig = field(default_factory=TextConfig)
     image: ImageConfig = field(default_factory=ImageConfig)
     objective: ObjectiveConfig = field(default_factory=ObjectiveConfig)
@@ -215,6 +218,35 @@ def check_compatible(saved: dict, cfg: TrainConfig, where: str) -> None:
         raise PresetMismatchError(f"{where} was trained on corpus {s.corpus!r}, this run asks for {cfg.corpus!r}")
 
 
+def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
+    """Load the weights of the checkpoint at ``where`` into ``model`` (built from ``cfg``) for a fresh run.
+
+    The kind, preset and architecture must match (the objective may differ). Every encoder / backbone
+    tensor must load; the predictor loads when all its shapes match (another ``pred_hidden`` starts it
+    afresh). Returns the number of tensors loaded; PresetMismatchError otherwise.
+    """
+    ck = load_checkpoint(where)
+    s = TrainConfig.from_dict(ck["config"])
+    a, b = s.model_signature(), cfg.model_signature()
+    a.pop("objective", None)
+    b.pop("objective", None)
+    if a != b:
+        diff = [f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)" for k in a if a[k] != b.get(k)]
+        raise PresetMismatchError(f"--init-from {where}: not the same model as this run's; " + "; ".join(diff))
+    own, saved = model.state_dict(), ck["model"]
+    take = {}
+    for part in {k.split(".")[0] for k in own}:   # whole parts only: no predictor half from each model
+        keys = [k for k in own if k.split(".")[0] == part]
+        if all(k in saved and saved[k].shape == own[k].shape for k in keys):
+            take.update({k: saved[k] for k in keys})
+    core = [k for k in own if k.split(".")[0] in ("encoder", "backbone") and k not in take]
+    if core:
+        raise PresetMismatchError(f"--init-from {where}: the checkpoint lacks {len(core)} encoder tensor(s) of "
+                                  f"this model (first: {core[0]})")
+    model.load_state_dict(take, strict=False)
+    return len(take)
+
+
 def _make_accelerator(cfg: TrainConfig):
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
@@ -333,6 +365,8 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
         data = build_data(cfg)
     if cfg.kind == "ntp" and hasattr(data, "vocab"):
         model.restrict_vocab(data.vocab())
+    if ck is None and cfg.init_from:
+        warm_start(model, cfg, cfg.init_from)
     n_params = count_params(model)
     resolved = cfg.to_dict()
     resolved["params"] = n_params
