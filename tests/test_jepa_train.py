@@ -203,7 +203,7 @@ def test_corpus_errors(tmp_path):
     p.write_text("{not json")
     with pytest.raises(CaptionerError, match="not valid JSON"):
         V.load_views(str(p))
-    with pytest.raises(CaptionerError, match="not 'cupl', 'scenelab' or an existing JSON file"):
+    with pytest.raises(CaptionerError, match=r"not 'cupl', 'cupl\+names', 'scenelab' or an existing JSON file"):
         V.load_views(str(tmp_path / "missing.json"))
     p.write_text(json.dumps({"a": ["x y", "x y z"], "b": ["w " * 40, "v " * 50, "short one"]}))
     corpus = V.load_views(str(p))
@@ -215,6 +215,16 @@ def test_corpus_errors(tmp_path):
     assert any("2 of 5 texts" in str(x.message) and "max_len=16" in str(x.message) for x in w)
     assert max(len(x) for x in tv.ids) == 16 and all(x[-1] == FakeTokenizer.sep_token_id for x in tv.ids)
 
+
+def test_cupl_corpora_are_the_embedded_class_descriptions():
+    cupl = V.load_views("cupl")
+    named = V.load_views("cupl+names")
+    assert len(cupl) == len(named) == 998 and named.ids == cupl.ids and cupl.ids[0] == "tench"
+    i = cupl.ids.index("koala")
+    extra = named.scenes[i][len(cupl.scenes[i]):]
+    assert named.scenes[i][: len(cupl.scenes[i])] == cupl.scenes[i]       # the CuPL sentences first, then 82
+    assert len(extra) == 82 and extra[:2] == ["a koala.", "koala"] and "a photo of a koala." in extra
+    assert not any("{c}" in t for t in extra)
 
 def test_views_batches_pair_two_different_views_of_one_scene():
     corpus = V.ViewsCorpus("t", [[f"scene {i} view {j}" for j in range(3)] for i in range(5)])

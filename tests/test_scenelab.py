@@ -91,6 +91,9 @@ def test_format_table_has_every_row():
     t = S.format_table(res)
     assert "| text JEPA | good | image JEPA | 0.450 | 0.300 | 0.600 | 0.200 |" in t
     assert "| image JEPA | good | latents | 0.500 | 0.400 | - | - |" in t
+    assert "started from" not in t
+    res["config"] = {"init_from": "/runs/lab", "objective": {"reg": "cov", "reg_weight": 0.1}}
+    assert "Each model started from its checkpoint in /runs/lab (fine-tuned with reg cov)" in S.format_table(res)
 
 
 class _Seen(Exception):

@@ -28,7 +28,7 @@ def _options(f):
         click.option("--preset", default="tiny", show_default=True,
                      help="tiny (CPU, about a minute), small, base-109m (GPU), or a preset .json"),
         click.option("--corpus", default=None,
-                     help="text: cupl | scenelab | FILE.json (scenes: lists of >= 2 texts); "
+                     help="text: cupl | cupl+names | scenelab | FILE.json (scenes: lists of >= 2 texts); "
                           "image: scenelab | a dataset name (tuxpaint, emoji, ...). Default: cupl / scenelab"),
         click.option("--steps", type=int, default=None, help="total optimizer steps (preset default)"),
         click.option("--out", type=click.Path(file_okay=False), default=None, help="run folder"),

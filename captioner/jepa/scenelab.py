@@ -486,4 +486,8 @@ def format_table(res: dict) -> str:
     lines.append(f"\n{res['n_test']} held-out scenes (distinct), chance mutual {k}-NN = "
                  f"{res['chance_mutual_knn']:.3f}{ceiling}; residual: held-out, after a rotation + scale fitted on the "
                  f"other half (0 = same space up to a rotation, 1 = unrelated); {res['seconds']} s.")
+    conf = res.get("config") or {}
+    if conf.get("init_from"):
+        reg = (conf.get("objective") or {}).get("reg", "sigreg")
+        lines.append(f"Each model started from its checkpoint in {conf['init_from']} (fine-tuned with reg {reg}).")
     return "\n".join(lines)

@@ -72,16 +72,21 @@ def load_views(spec: str, *, n_scenes: int | None = None, seed: int = 0) -> View
 
     Parameters
     ----------
-    spec : "cupl" (998 ImageNet classes x ~150 CuPL sentences), "scenelab" (paraphrased captions of
+    spec : "cupl" (998 ImageNet classes x ~150 CuPL sentences), "cupl+names" (the same plus the class
+        name in 82 short prompts, "a {c}.", "{c}" and the 80 ImageNet templates), "scenelab" (paraphrased captions of
         generated scenes) or a path to a JSON file: ``[[text, text, ...], ...]``,
         ``{"scenes": [[...], ...]}`` or ``{scene_id: [text, ...], ...}``.
     n_scenes : keep the first n scenes (cupl, file) or generate n (scenelab, default 2000).
     """
-    if spec == "cupl":
-        from captioner.assets import cupl_prompts
+    if spec in ("cupl", "cupl+names"):
+        from captioner.assets import cupl_prompts, templates
 
         d = cupl_prompts()
-        corpus = ViewsCorpus("cupl", [list(v) for v in d.values()], list(d))
+        scenes = [list(v) for v in d.values()]
+        if spec == "cupl+names":   # the class name in short prompts too: views like a caption ("A koala.")
+            short = ["a {c}.", "{c}"] + templates("imagenet1k")
+            scenes = [v + [t.replace("{c}", c) for t in short] for c, v in zip(d, scenes)]
+        corpus = ViewsCorpus(spec, scenes, list(d))
     elif spec == "scenelab":
         from captioner.jepa.scenelab import text_corpus
 
@@ -89,7 +94,7 @@ def load_views(spec: str, *, n_scenes: int | None = None, seed: int = 0) -> View
     else:
         p = Path(spec)
         if not p.is_file():
-            raise CaptionerError(f"corpus {spec!r}: not 'cupl', 'scenelab' or an existing JSON file")
+            raise CaptionerError(f"corpus {spec!r}: not 'cupl', 'cupl+names', 'scenelab' or an existing JSON file")
         try:
             data = json.loads(p.read_text(encoding="utf-8"))
         except ValueError as e:
