@@ -101,6 +101,11 @@ def test_scenelab_cli_passes_steps_and_learning_rates(tmp_path, monkeypatch, cap
     code, out, err = _run(["scenelab", "--init-from", str(tmp_path), "--reg", "cov", "--quiet"], capsys)
     assert code == 0, err
     assert seen["cfg"].init_from == str(tmp_path) and seen["cfg"].objective["reg"] == "cov"
+    assert seen["cfg"].restarts == 1
+    code, out, err = _run(["scenelab", "--restarts", "3", "--quiet"], capsys)
+    assert code == 0 and seen["cfg"].restarts == 3, err
+    code, out, err = _run(["scenelab", "--restarts", "0", "--quiet"], capsys)
+    assert code != 0 and "restarts" in err
     code, out, err = _run(["scenelab", "--init-from", str(tmp_path / "missing"), "--quiet"], capsys)
     assert code != 0 and "missing" in err
 

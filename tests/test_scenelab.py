@@ -218,3 +218,47 @@ def test_lookup_optimum_of_vicreg_is_the_whitened_latents_up_to_a_rotation():
     # started at the latents, VICReg keeps them
     c = S.lookup_optimum("vicreg", steps=300, init="latents")
     assert S.procrustes_residual(c, Z) < 0.06
+
+
+def _fake_log(run, losses):
+    run.mkdir(parents=True, exist_ok=True)
+    rows = "".join(f"{i + 1},{v},{v},0.0,0.001,0.1\n" for i, v in enumerate(losses))
+    (run / "log.csv").write_text("step,loss,pred,reg,lr,seconds\n" + rows)
+
+
+def test_final_loss_is_the_mean_of_the_last_tenth(tmp_path):
+    _fake_log(tmp_path / "r", [5.0] * 90 + [1.0] * 5 + [2.0] * 5)
+    assert S.final_loss(tmp_path / "r") == pytest.approx(1.5)
+    _fake_log(tmp_path / "short", [3.0, 4.0])
+    assert S.final_loss(tmp_path / "short") == pytest.approx(4.0)          # at least the last step
+
+
+def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, monkeypatch):
+    import json
+
+    final = {0: 0.50, 1000: 0.42, 2000: 0.47}
+    seen = []
+
+    def fake(kind, cfg, data, out, progress, steps, seed, **over):
+        seen.append((out.name, seed))
+        _fake_log(out, [1.0] * 9 + [final[seed]])
+        return f"model-{seed}", f"cfg-{seed}", {}
+
+    monkeypatch.setattr(S, "_train_and_load", fake)
+    model, tc, _, losses = S._train_best("text-jepa", S.LabConfig(restarts=3), None, tmp_path / "text-jepa",
+                                         False, 10)
+    assert seen == [("text-jepa", 0), ("text-jepa-r1", 1000), ("text-jepa-r2", 2000)]
+    assert (model, tc) == ("model-1000", "cfg-1000")
+    assert losses == [(0, 0.5), (1000, 0.42), (2000, 0.47)]
+    with pytest.raises(Exception, match="restarts must be >= 1"):
+        S._train_best("text-jepa", S.LabConfig(restarts=0), None, tmp_path / "x", False, 10)
+    # a later --init-from of this lab starts from the kept restart; without restarts, from <lab>/<kind>
+    (tmp_path / "scenelab.json").write_text(json.dumps({"restarts": {"text-jepa": losses, "image-jepa": [[0, 0.3]]}}))
+    assert S.kept_run(tmp_path, "text-jepa") == tmp_path / "text-jepa-r1"
+    assert S.kept_run(tmp_path, "image-jepa") == tmp_path / "image-jepa"
+    assert S.kept_run(tmp_path, "ntp") == tmp_path / "ntp"
+    assert S.kept_run(tmp_path / "other", "text-jepa") == tmp_path / "other" / "text-jepa"
+    res = {"k": 10, "n_test": 2, "chance_mutual_knn": 0.1, "seconds": 1.0, "rows": [],
+           "restarts": {"text-jepa": losses}}
+    assert "text-jepa: 3 restarts, final training loss 0.5000 (seed 0), 0.4200 (seed 1000), 0.4700 (seed 2000); " \
+           "kept seed 1000." in S.format_table(res)

@@ -135,6 +135,9 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--init-from", type=click.Path(exists=True, file_okay=False), default=None,
               help="a previous scene-lab folder: each model starts from its checkpoint there (fine-tuning, "
                    "e.g. SIGReg-trained encoders with --reg cov)")
+@click.option("--restarts", type=click.IntRange(min=1), default=1, show_default=True,
+              help="train each JEPA this many times (init seeds seed, seed+1000, ...) and keep the lowest final "
+                   "training loss (label-free)")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -144,7 +147,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, text_reg_weight,
-                 text_pred_hidden, image_pool, init_from, n_train, n_test, seed, out, as_json, quiet):
+                 text_pred_hidden, image_pool, init_from, restarts, n_train, n_test, seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -172,5 +175,7 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
         kw["image"] = {**LabConfig().image, "pool": image_pool}
     if init_from:
         kw["init_from"] = str(init_from)
+    if restarts > 1:
+        kw["restarts"] = restarts
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))

@@ -205,6 +205,9 @@ class LabConfig:
     text: dict = field(default_factory=dict)
     # a previous lab folder: each model starts from <init_from>/<kind>/checkpoint.pt (train's init_from)
     init_from: str | None = None
+    # train each JEPA this many times (init seeds seed, seed + 1000, ...; the same data) and keep the run
+    # with the lowest final training loss: a label-free choice (README, scene lab: seeds)
+    restarts: int = 1
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
     augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
@@ -394,7 +397,7 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
                         lr=lr, save_every=max(1, steps // 4), text={**cfg.text, "embed_dim": cfg.embed_dim},
                         image={**cfg.image, "embed_dim": cfg.embed_dim},
                         objective=objective or None, **over,
-                        init_from=str(Path(cfg.init_from) / kind) if cfg.init_from else None)
+                        init_from=str(kept_run(cfg.init_from, kind)) if cfg.init_from else None)
     if cfg.init_from and Path(tc.init_from).resolve() == Path(out).resolve():
         raise CaptionerError(f"scenelab --init-from {cfg.init_from}: that is this run's own folder; "
                              "choose another --out")
@@ -407,6 +410,49 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
     model = build_model(kind, tc.text, tc.image, tc.objective)
     model.load_state_dict(ck["model"])
     return model, tc, summary
+
+
+def kept_run(lab_dir, kind: str):
+    """The run folder of ``kind`` that a finished lab in ``lab_dir`` kept: ``<lab_dir>/<kind>``, or with
+    restarts the one its scenelab.json names (``<kind>-r<i>``)."""
+    import json
+    from pathlib import Path
+
+    lab_dir = Path(lab_dir)
+    p = lab_dir / "scenelab.json"
+    restarts = (json.loads(p.read_text()).get("restarts") or {}).get(kind) if p.is_file() else None
+    if not restarts:
+        return lab_dir / kind
+    i = min(range(len(restarts)), key=lambda j: restarts[j][1])
+    return lab_dir / (kind if i == 0 else f"{kind}-r{i}")
+
+
+def final_loss(run, frac: float = 0.1) -> float:
+    """Mean training loss over the last ``frac`` of a run's logged steps (its log.csv)."""
+    from captioner.jepa.train import read_log
+
+    log = read_log(run)
+    tail = log[-max(1, int(len(log) * frac)):]
+    return float(np.mean([r["loss"] for r in tail]))
+
+
+def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, **over):
+    """``_train_and_load`` ``cfg.restarts`` times (the first in ``out``, the others in ``out``-r1, ...), and
+    the one with the lowest ``final_loss``; also returns [(seed, final loss)] for every restart."""
+    from pathlib import Path
+
+    if cfg.restarts < 1:
+        from captioner.errors import CaptionerError
+
+        raise CaptionerError(f"scenelab restarts must be >= 1, not {cfg.restarts}")
+    best, losses = None, []
+    for r in range(cfg.restarts):
+        run = Path(out) if r == 0 else Path(f"{out}-r{r}")
+        got = _train_and_load(kind, cfg, data, run, progress, steps, cfg.seed + 1000 * r, **over)
+        losses.append((cfg.seed + 1000 * r, final_loss(run)))
+        if best is None or losses[-1][1] < best[0]:
+            best = (losses[-1][1], got)
+    return (*best[1], losses)
 
 
 def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> dict:
@@ -440,10 +486,10 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
 
     base = resolve_config("image-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
     img_data = V.ImageViews(render_array(scenes, cfg.n_renders, base.image.image_size, seed=cfg.seed), aug)
-    img_model, img_cfg, _ = _train_and_load("image-jepa", cfg, img_data, out / "image-jepa", progress,
-                                            cfg.image_steps, cfg.seed, augment=asdict(aug))
-    tj_model, tj_cfg, _ = _train_and_load("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len),
-                                          out / "text-jepa", progress, cfg.text_steps, cfg.seed)
+    img_model, img_cfg, _, img_losses = _train_best("image-jepa", cfg, img_data, out / "image-jepa", progress,
+                                                    cfg.image_steps, augment=asdict(aug))
+    tj_model, tj_cfg, _, tj_losses = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len),
+                                                 out / "text-jepa", progress, cfg.text_steps)
     ntp_model, _, _ = _train_and_load("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed),
                                       out / "ntp", progress, cfg.text_steps, cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -466,6 +512,8 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
     res = {"config": asdict(cfg), "rows": rows, "n_test": len(test_scenes), "k": cfg.k,
            "chance_mutual_knn": cfg.k / (len(test_scenes) - 1),
            "mutual_knn_ceiling": mutual_knn_ceiling(Z, cfg.k, seed=cfg.seed), "seconds": round(time.time() - t0, 1)}
+    if cfg.restarts > 1:
+        res["restarts"] = {"image-jepa": img_losses, "text-jepa": tj_losses}
     atomic_write_json(out / "scenelab.json", res)
     (out / "scenelab.md").write_text(format_table(res) + "\n")
     return res
@@ -486,6 +534,10 @@ def format_table(res: dict) -> str:
     lines.append(f"\n{res['n_test']} held-out scenes (distinct), chance mutual {k}-NN = "
                  f"{res['chance_mutual_knn']:.3f}{ceiling}; residual: held-out, after a rotation + scale fitted on the "
                  f"other half (0 = same space up to a rotation, 1 = unrelated); {res['seconds']} s.")
+    for kind, losses in (res.get("restarts") or {}).items():
+        best = min(losses, key=lambda x: x[1])
+        lines.append(f"{kind}: {len(losses)} restarts, final training loss "
+                     + ", ".join(f"{v:.4f} (seed {sd})" for sd, v in losses) + f"; kept seed {best[0]}.")
     conf = res.get("config") or {}
     if conf.get("init_from"):
         reg = (conf.get("objective") or {}).get("reg", "sigreg")
