@@ -115,7 +115,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
 
 @click.command("scenelab")
 @click.option("--preset", default="tiny", show_default=True, help="model preset for the three encoders")
-@click.option("--steps", type=int, default=None, help="training steps for each model (default: 2400 image, 1600 text)")
+@click.option("--steps", type=int, default=None, help="training steps for each model (default: 4800 image, 3200 text)")
 @click.option("--image-steps", type=int, default=None, help="image JEPA steps (overrides --steps)")
 @click.option("--text-steps", type=int, default=None, help="text JEPA and NTP steps (overrides --steps)")
 @click.option("--lr", type=float, default=None, help="peak learning rate (default 4e-3)")
