@@ -320,7 +320,7 @@ def test_init_from_starts_a_fresh_run_at_the_checkpoints_weights(tmp_path):
     assert max(float((c[k] - a[k]).abs().max()) for k in enc) > 1e-3
     # another architecture or kind is refused, naming the difference
     wider = _text_cfg(steps=2, text={**SMALL_TEXT, "dim": 48}, init_from=str(tmp_path / "a"))
-    with pytest.raises(PresetMismatchError, match=r"init-from .*text"):
+    with pytest.raises(PresetMismatchError, match=r"init-from .*text.dim: 32 \(checkpoint\) vs 48 \(asked\)"):
         train(wider, tmp_path / "d", data=_data(), progress=False)
     with pytest.raises(PresetMismatchError, match=r"kind"):
         train(_text_cfg("ntp", steps=2, init_from=str(tmp_path / "a")), tmp_path / "e", data=_data("ntp"),

@@ -231,7 +231,15 @@ def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
     a.pop("objective", None)
     b.pop("objective", None)
     if a != b:
-        diff = [f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)" for k in a if a[k] != b.get(k)]
+        diff = []
+        for k in a:
+            if a[k] == b.get(k):
+                continue
+            if isinstance(a[k], dict) and isinstance(b.get(k), dict):
+                diff += [f"{k}.{kk}: {a[k][kk]!r} (checkpoint) vs {b[k].get(kk)!r} (asked)"
+                         for kk in a[k] if a[k][kk] != b[k].get(kk)]
+            else:
+                diff.append(f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)")
         raise PresetMismatchError(f"--init-from {where}: not the same model as this run's; " + "; ".join(diff))
     own, saved = model.state_dict(), ck["model"]
     take = {}
