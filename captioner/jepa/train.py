@@ -201,6 +201,20 @@ def load_checkpoint(path: str | Path) -> dict:
     return ck
 
 
+def _signature_diff(a: dict, b: dict) -> list[str]:
+    """'field: checkpoint's vs asked' for each difference of two model_signature()s (sub-configs per field)."""
+    diff = []
+    for k in a:
+        if a[k] == b.get(k):
+            continue
+        if isinstance(a[k], dict) and isinstance(b.get(k), dict):
+            diff += [f"{k}.{kk}: {a[k][kk]!r} (checkpoint) vs {b[k].get(kk)!r} (asked)"
+                     for kk in a[k] if a[k][kk] != b[k].get(kk)]
+        else:
+            diff.append(f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)")
+    return diff
+
+
 def check_compatible(saved: dict, cfg: TrainConfig, where: str) -> None:
     """Refuse a checkpoint from another preset, kind or architecture, naming both."""
     s = TrainConfig.from_dict(saved)
@@ -210,10 +224,8 @@ def check_compatible(saved: dict, cfg: TrainConfig, where: str) -> None:
             f"preset {cfg.preset!r}; use --preset {s.preset} to resume it, or another --out to start afresh")
     a, b = s.model_signature(), cfg.model_signature()
     if a != b:
-        diff = [f"{k}.{kk}: {a[k][kk]!r} (checkpoint) vs {b[k][kk]!r} (asked)"
-                for k in a if isinstance(a[k], dict) for kk in a[k] if a[k][kk] != b[k].get(kk)]
         raise PresetMismatchError(f"{where}: preset {s.preset!r} architecture differs from the checkpoint's: "
-                                  + "; ".join(diff))
+                                  + "; ".join(_signature_diff(a, b)))
     if s.corpus != cfg.corpus:
         raise PresetMismatchError(f"{where} was trained on corpus {s.corpus!r}, this run asks for {cfg.corpus!r}")
 
@@ -231,16 +243,8 @@ def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
     a.pop("objective", None)
     b.pop("objective", None)
     if a != b:
-        diff = []
-        for k in a:
-            if a[k] == b.get(k):
-                continue
-            if isinstance(a[k], dict) and isinstance(b.get(k), dict):
-                diff += [f"{k}.{kk}: {a[k][kk]!r} (checkpoint) vs {b[k].get(kk)!r} (asked)"
-                         for kk in a[k] if a[k][kk] != b[k].get(kk)]
-            else:
-                diff.append(f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)")
-        raise PresetMismatchError(f"--init-from {where}: not the same model as this run's; " + "; ".join(diff))
+        raise PresetMismatchError(f"--init-from {where}: not the same model as this run's; "
+                                  + "; ".join(_signature_diff(a, b)))
     own, saved = model.state_dict(), ck["model"]
     take = {}
     for part in {k.split(".")[0] for k in own}:   # whole parts only: no predictor half from each model
