@@ -245,10 +245,10 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
         return f"model-{seed}", f"cfg-{seed}", {}
 
     monkeypatch.setattr(S, "_train_and_load", fake)
-    model, tc, _, losses = S._train_best("text-jepa", S.LabConfig(restarts=3), None, tmp_path / "text-jepa",
-                                         False, 10)
+    model, tc, _, losses, models = S._train_best("text-jepa", S.LabConfig(restarts=3), None,
+                                                 tmp_path / "text-jepa", False, 10)
     assert seen == [("text-jepa", 0), ("text-jepa-r1", 1000), ("text-jepa-r2", 2000)]
-    assert (model, tc) == ("model-1000", "cfg-1000")
+    assert (model, tc) == ("model-1000", "cfg-1000") and models == ["model-0", "model-1000", "model-2000"]
     assert losses == [(0, 0.5), (1000, 0.42), (2000, 0.47)]
     with pytest.raises(Exception, match="restarts must be >= 1"):
         S._train_best("text-jepa", S.LabConfig(restarts=0), None, tmp_path / "x", False, 10)
@@ -262,3 +262,6 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
            "restarts": {"text-jepa": losses}}
     assert "text-jepa: 3 restarts, final training loss 0.5000 (seed 0), 0.4200 (seed 1000), 0.4700 (seed 2000); " \
            "kept seed 1000." in S.format_table(res)
+    assert "per restart" not in S.format_table(res)
+    res["restart_residuals"] = {"text-jepa": [0.2351, 0.2, 0.25]}
+    assert "text-jepa: residual vs latents per restart (not used to choose) 0.235, 0.200, 0.250." in S.format_table(res)

@@ -439,21 +439,22 @@ def final_loss(run, frac: float = 0.1) -> float:
 
 def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, **over):
     """``_train_and_load`` ``cfg.restarts`` times (the first in ``out``, the others in ``out``-r1, ...), and
-    the one with the lowest ``final_loss``; also returns [(seed, final loss)] for every restart."""
+    the one with the lowest ``final_loss``; also returns [(seed, final loss)] and the model of every restart."""
     from pathlib import Path
 
     if cfg.restarts < 1:
         from captioner.errors import CaptionerError
 
         raise CaptionerError(f"scenelab restarts must be >= 1, not {cfg.restarts}")
-    best, losses = None, []
+    best, losses, models = None, [], []
     for r in range(cfg.restarts):
         run = Path(out) if r == 0 else Path(f"{out}-r{r}")
         got = _train_and_load(kind, cfg, data, run, progress, steps, cfg.seed + 1000 * r, **over)
         losses.append((cfg.seed + 1000 * r, final_loss(run)))
+        models.append(got[0])
         if best is None or losses[-1][1] < best[0]:
             best = (losses[-1][1], got)
-    return (*best[1], losses)
+    return (*best[1], losses, models)
 
 
 def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> dict:
@@ -487,10 +488,10 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
 
     base = resolve_config("image-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
     img_data = V.ImageViews(render_array(scenes, cfg.n_renders, base.image.image_size, seed=cfg.seed), aug)
-    img_model, img_cfg, _, img_losses = _train_best("image-jepa", cfg, img_data, out / "image-jepa", progress,
-                                                    cfg.image_steps, augment=asdict(aug))
-    tj_model, tj_cfg, _, tj_losses = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len),
-                                                 out / "text-jepa", progress, cfg.text_steps)
+    img_model, img_cfg, _, img_losses, img_models = _train_best("image-jepa", cfg, img_data, out / "image-jepa",
+                                                                progress, cfg.image_steps, augment=asdict(aug))
+    tj_model, tj_cfg, _, tj_losses, tj_models = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len),
+                                                            out / "text-jepa", progress, cfg.text_steps)
     ntp_model, _, _ = _train_and_load("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed),
                                       out / "ntp", progress, cfg.text_steps, cfg.seed)
     torch.manual_seed(cfg.seed)
@@ -515,6 +516,11 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
            "mutual_knn_ceiling": mutual_knn_ceiling(Z, cfg.k, seed=cfg.seed), "seconds": round(time.time() - t0, 1)}
     if cfg.restarts > 1:
         res["restarts"] = {"image-jepa": img_losses, "text-jepa": tj_losses}
+        # scored against the latents after the choice (which used the training loss only), to check it
+        res["restart_residuals"] = {
+            "image-jepa": [procrustes_residual(embed_images(m, ims), Z) for m in img_models],
+            "text-jepa": [procrustes_residual(embed_texts(m, "text-jepa", caps, base.text.max_len), Z)
+                          for m in tj_models]}
     atomic_write_json(out / "scenelab.json", res)
     (out / "scenelab.md").write_text(format_table(res) + "\n")
     return res
@@ -539,6 +545,10 @@ def format_table(res: dict) -> str:
         best = min(losses, key=lambda x: x[1])
         lines.append(f"{kind}: {len(losses)} restarts, final training loss "
                      + ", ".join(f"{v:.4f} (seed {sd})" for sd, v in losses) + f"; kept seed {best[0]}.")
+        resid = (res.get("restart_residuals") or {}).get(kind)
+        if resid:
+            lines.append(f"{kind}: residual vs latents per restart (not used to choose) "
+                         + ", ".join(f"{v:.3f}" for v in resid) + ".")
     conf = res.get("config") or {}
     if conf.get("init_from"):
         reg = (conf.get("objective") or {}).get("reg", "sigreg")
