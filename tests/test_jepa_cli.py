@@ -108,6 +108,9 @@ def test_scenelab_cli_passes_steps_and_learning_rates(tmp_path, monkeypatch, cap
     assert code != 0 and "restarts" in err
     code, out, err = _run(["scenelab", "--init-from", str(tmp_path / "missing"), "--quiet"], capsys)
     assert code != 0 and "missing" in err
+    assert (seen["cfg"].embed_dim, seen["cfg"].view_k) == (12, None)
+    code, out, err = _run(["scenelab", "--embed-dim", "32", "--view-k", "0", "--quiet"], capsys)
+    assert code == 0 and (seen["cfg"].embed_dim, seen["cfg"].view_k) == (32, 0), err
 
 
 def test_train_cli_passes_init_from(tmp_path, monkeypatch, capsys):

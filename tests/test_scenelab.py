@@ -265,3 +265,79 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
     assert "per restart" not in S.format_table(res)
     res["restart_residuals"] = {"text-jepa": [0.2351, 0.2, 0.25]}
     assert "text-jepa: residual vs latents per restart (not used to choose) 0.235, 0.200, 0.250." in S.format_table(res)
+
+
+def _two_observations(n: int, seed: int):
+    rng = np.random.default_rng(seed)
+    scenes = S.sample_scenes(n, seed=seed)
+    return [S.observe(s, rng) for s in scenes], [S.observe(s, rng) for s in scenes]
+
+
+def test_view_subspace_finds_the_single_attribute_directions_in_a_wider_embedding():
+    # an embedding of 12 + 5 dims, mixed by a random matrix: the 12 whitened latents (view-kernel
+    # eigenvalue (1 - CORRUPT)^2 = 0.7225) and 5 colour x size products (eigenvalue 0.7225^2 = 0.52)
+    mix = np.random.default_rng(5).standard_normal((17, 17))
+
+    def embed(obs):
+        Z = S.latent_features(obs)
+        return np.concatenate([Z, (Z[:, :5, None] * Z[:, None, 5:6]).reshape(len(Z), -1)], 1) @ mix
+
+    a, b = _two_observations(4000, seed=1)
+    mu, P, lam = S.view_subspace(embed(a), embed(b), S.LATENT_DIM)
+    assert P.shape == (17, 12) and lam.shape == (17,) and np.all(np.diff(lam) <= 1e-12)
+    assert np.all(np.abs(lam[:12] - (1 - S.CORRUPT) ** 2) < 0.05)
+    assert np.all(np.abs(lam[12:] - (1 - S.CORRUPT) ** 4) < 0.07)
+    test = S.all_scenes()
+    X = (embed(test) - mu) @ P
+    assert S.procrustes_residual(X, S.latent_features(test)) < 0.02
+    # the product directions alone are not the latents
+    rest = (embed(test) - mu) @ S.view_subspace(embed(a), embed(b))[1][:, 12:]
+    assert S.procrustes_residual(rest, S.latent_features(test)[:, :5]) > 0.8
+
+
+def test_view_subspace_rejects_bad_shapes():
+    with pytest.raises(ValueError, match="one shape"):
+        S.view_subspace(np.zeros((5, 3)), np.zeros((5, 4)))
+    with pytest.raises(ValueError, match="k must be"):
+        S.view_subspace(np.ones((5, 3)), np.ones((5, 3)), k=4)
+
+
+@pytest.mark.slow
+def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
+    """A few steps of every model: the result's shape, the view-subspace scoring of a 16-d embedding,
+    reuse of the checkpoints, and eval.scenelab_diagnose on a 12-d lab."""
+    from captioner.errors import CaptionerError
+    from eval import scenelab_diagnose as D
+
+    small = dict(n_train=48, n_test=40, image_steps=3, text_steps=3, batch_size=8)
+    res = S.run_lab(S.LabConfig(embed_dim=16, restarts=2, **small), out=tmp_path / "wide", progress=False)
+    assert [r["side"] for r in res["rows"]][0] == "image JEPA (two renders)" and len(res["rows"]) == 4
+    assert res["view_k"] == 12 and {k: len(v) for k, v in res["view_eigenvalues"].items()} == {"image": 16, "text": 16}
+    assert all(np.all(np.diff(v) <= 1e-9) for v in res["view_eigenvalues"].values())
+    assert len(res["restart_residuals"]["image-jepa"]) == 2
+    assert "most view-predictable of 16 directions" in S.format_table(res)
+    with pytest.raises(CaptionerError, match="width 16"):
+        D.run(tmp_path / "wide", views=2)
+
+    res12 = S.run_lab(S.LabConfig(**small), out=tmp_path / "lab", progress=False)
+    assert "view_eigenvalues" not in res12
+    d = D.run(tmp_path / "lab", views=2)
+    # the diagnosis's "rotation" is the lab's own residual against the latents, on the same embeddings
+    assert d["image"]["rotation"] == pytest.approx(res12["rows"][0]["procrustes_residual"], abs=1e-9)
+    assert d["text"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual_latents"], abs=1e-9)
+    assert d["text_vs_image"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual"], abs=1e-9)
+    assert set(d["image"]["probe"]) == set(S.ATTRS) and all(0 <= v <= 1 for v in d["image"]["probe"].values())
+    assert (tmp_path / "lab" / "diagnose.json").is_file() and "probe accuracy" in D.table(d)
+
+
+def test_diagnose_residuals_known_answers():
+    from eval import scenelab_diagnose as D
+
+    rng = np.random.default_rng(0)
+    Z = rng.standard_normal((400, 6))
+    A = rng.standard_normal((6, 6))                                       # a linear distortion, no noise
+    assert D.linear_residual(Z @ A, Z) < 1e-8
+    assert S.procrustes_residual(Z @ A, Z) > 0.1                          # which no rotation undoes
+    W = D.whiten(Z @ A)
+    assert np.allclose(W.T @ W / len(W), np.eye(6), atol=1e-8)
+    assert D.linear_residual(rng.standard_normal((400, 6)), Z) > 0.9      # unrelated

@@ -138,6 +138,12 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--restarts", type=click.IntRange(min=1), default=1, show_default=True,
               help="train each JEPA this many times (init seeds seed, seed+1000, ...) and keep the lowest final "
                    "training loss (label-free)")
+@click.option("--embed-dim", type=click.IntRange(min=1), default=None,
+              help="both JEPAs' embedding width (default 12: the view kernel's leading eigenspace)")
+@click.option("--view-k", type=click.IntRange(min=0), default=None,
+              help="score each JEPA on its K most view-predictable directions (fitted on its own two training "
+                   "views, no cross-modal pair); default 12 when --embed-dim is wider, else the raw embedding; "
+                   "0: never")
 @click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
@@ -147,7 +153,8 @@ def scaling_cli(preset, out, force, as_json, quiet):
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden, text_reg_weight,
-                 text_pred_hidden, image_pool, init_from, restarts, n_train, n_test, seed, out, as_json, quiet):
+                 text_pred_hidden, image_pool, init_from, restarts, embed_dim, view_k, n_train, n_test, seed, out,
+                 as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
 
     Generates latent scenes (colour, size, position, background), renders them (32 px) and describes them with
@@ -177,5 +184,6 @@ def scenelab_cli(preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_w
         kw["init_from"] = str(init_from)
     if restarts > 1:
         kw["restarts"] = restarts
+    kw.update(given(embed_dim=embed_dim, view_k=view_k))
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))

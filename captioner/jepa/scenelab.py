@@ -209,6 +209,12 @@ class LabConfig:
     # train each JEPA this many times (init seeds seed, seed + 1000, ...; the same data) and keep the run
     # with the lowest final training loss: a label-free choice (README, scene lab: seeds)
     restarts: int = 1
+    # score each JEPA on the ``view_k`` directions of its embedding that one view predicts best
+    # (``view_subspace``, fitted on two views of ``view_fit`` training scenes in the JEPA's own modality;
+    # no cross-modal pair). None: LATENT_DIM when embed_dim is wider, else the raw embedding; 0: never.
+    # The baselines (NTP, untrained) have no good views and are scored raw.
+    view_k: int | None = None
+    view_fit: int = 3000
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
     augment: dict = field(default_factory=lambda: {"crop_scale": [1.0, 1.0], "crop_ratio": [1.0, 1.0],
@@ -269,6 +275,38 @@ def procrustes_residual(X: np.ndarray, Y: np.ndarray, fit_frac: float = 0.5, see
     rot = fit_procrustes(X[fi], Y[fi], center=True, scale=True)
     pred = rot.transform(X[ev])
     return float(((pred - Y[ev]) ** 2).sum() / ((Y[ev] - Y[fi].mean(0)) ** 2).sum())
+
+
+def view_subspace(A: np.ndarray, B: np.ndarray, k: int | None = None, eps: float = 1e-6):
+    """The ``k`` directions of an embedding along which one view of a scene best predicts the other.
+
+    ``A``, ``B``: (n, D) embeddings of two observations of the same n scenes, in *one* modality (the
+    JEPA's own views; no cross-modal pair is used). Both are centred on their joint mean and whitened by
+    their joint covariance; the symmetrised cross-covariance between the views is then diagonalised.
+    Its eigenvalues estimate the view kernel's eigenvalues on the embedding's span (in this world
+    (1 - CORRUPT)^2 = 0.72 for the 12 single-attribute directions, its square for products of two
+    attributes), so the top ``k`` eigenvectors are the leading eigenfunctions the theorem is about,
+    whatever else a wider embedding holds. With D = k this only whitens (a rotation does not matter).
+
+    Returns ``(mean (D,), P (D, k), eigenvalues (D,) in descending order)``: project with
+    ``(X - mean) @ P`` (unit variance, uncorrelated columns).
+    """
+    A = np.asarray(A, np.float64)
+    B = np.asarray(B, np.float64)
+    if A.shape != B.shape or A.ndim != 2 or len(A) < 2:
+        raise ValueError(f"view_subspace: A and B must be (n, D) of one shape with n >= 2, got {A.shape}, {B.shape}")
+    k = A.shape[1] if k is None else k
+    if not 1 <= k <= A.shape[1]:
+        raise ValueError(f"view_subspace: k must be in 1..{A.shape[1]}, not {k}")
+    mu = (A.mean(0) + B.mean(0)) / 2
+    A0, B0 = A - mu, B - mu
+    n = len(A)
+    w, V = np.linalg.eigh((A0.T @ A0 + B0.T @ B0) / (2 * n))
+    W = V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T          # joint whitening (ZCA)
+    Aw, Bw = A0 @ W, B0 @ W
+    lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * n))
+    order = np.argsort(lam)[::-1]
+    return mu, W @ U[:, order[:k]], lam[order]
 
 
 def mutual_knn(X, Y, k: int = 10) -> float:
@@ -370,19 +408,23 @@ def embed_texts(model, kind: str, texts: list[str], max_len: int, batch: int = 2
     return np.concatenate(out).astype(np.float32)
 
 
-def embed_images(model, images, batch: int = 256) -> np.ndarray:
-    """(N, D) float32 embeddings of PIL images (already at the model's size) by an ImageJEPA."""
+def _embed_uint8(model, x, batch: int = 256) -> np.ndarray:
+    """(N, D) float32 embeddings of a (N, 3, H, W) uint8 tensor by an ImageJEPA (eval mode, CPU)."""
     import torch
 
-    from captioner.jepa.views import pil_to_uint8
-
     model.eval()
-    x = pil_to_uint8(images, model.cfg.image_size)
     out = []
     with torch.no_grad():
         for i in range(0, len(x), batch):
             out.append(model.embed(x[i: i + batch].float() / 255.0).float().numpy())
     return np.concatenate(out).astype(np.float32)
+
+
+def embed_images(model, images, batch: int = 256) -> np.ndarray:
+    """(N, D) float32 embeddings of PIL images (already at the model's size) by an ImageJEPA."""
+    from captioner.jepa.views import pil_to_uint8
+
+    return _embed_uint8(model, pil_to_uint8(images, model.cfg.image_size), batch)
 
 
 def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, seed: int, **over):
@@ -499,7 +541,23 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
 
     test_scenes, ims, caps = test_pairs(cfg, img_cfg.image.image_size)
     Z = latent_features(test_scenes)
-    Ximg = embed_images(img_model, ims)
+    view_k = (LATENT_DIM if cfg.embed_dim > LATENT_DIM else 0) if cfg.view_k is None else cfg.view_k
+    n_fit = min(cfg.view_fit, len(scenes))
+
+    def fit_view(model, side):
+        """view_subspace of a JEPA on two training views of the first n_fit scenes (renders / captions 0, 1)."""
+        if side == "image":
+            a, b = (_embed_uint8(model, img_data.images[:n_fit, r]) for r in (0, 1))
+        else:
+            a, b = (embed_texts(model, "text-jepa", [c[r] for c in corpus.scenes[:n_fit]], base.text.max_len)
+                    for r in (0, 1))
+        return view_subspace(a, b, view_k)
+
+    def project(p, X):
+        return X if p is None else ((X - p[0]) @ p[1]).astype(np.float32)
+
+    proj = {"image": fit_view(img_model, "image"), "text": fit_view(tj_model, "text")} if view_k else {}
+    Ximg = project(proj.get("image"), embed_images(img_model, ims))
     rows = [{"side": "image JEPA (two renders)", "views": "good", "vs": "latents",
              "mutual_knn": mutual_knn(Ximg, Z, cfg.k), "procrustes_residual": procrustes_residual(Ximg, Z)}]
     sides = [("text JEPA (two paraphrases)", "good", tj_model),
@@ -507,6 +565,8 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
              ("untrained text encoder", "none", untrained)]
     for name, views, m in sides:
         Xt = embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, base.text.max_len)
+        if m is tj_model:
+            Xt = project(proj.get("text"), Xt)
         rows.append({"side": name, "views": views, "vs": "image JEPA",
                      "mutual_knn": mutual_knn(Xt, Ximg, cfg.k), "procrustes_residual": procrustes_residual(Xt, Ximg),
                      "mutual_knn_latents": mutual_knn(Xt, Z, cfg.k),
@@ -514,12 +574,17 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
     res = {"config": asdict(cfg), "rows": rows, "n_test": len(test_scenes), "k": cfg.k,
            "chance_mutual_knn": cfg.k / (len(test_scenes) - 1),
            "mutual_knn_ceiling": mutual_knn_ceiling(Z, cfg.k, seed=cfg.seed), "seconds": round(time.time() - t0, 1)}
+    if proj:
+        res["view_eigenvalues"] = {side: [float(v) for v in p[2]] for side, p in proj.items()}
+        res["view_k"] = view_k
     if cfg.restarts > 1:
         res["restarts"] = {"image-jepa": img_losses, "text-jepa": tj_losses}
         # scored against the latents after the choice (which used the training loss only), to check it
         res["restart_residuals"] = {
-            "image-jepa": [procrustes_residual(embed_images(m, ims), Z) for m in img_models],
-            "text-jepa": [procrustes_residual(embed_texts(m, "text-jepa", caps, base.text.max_len), Z)
+            "image-jepa": [procrustes_residual(project(fit_view(m, "image") if view_k else None,
+                                                       embed_images(m, ims)), Z) for m in img_models],
+            "text-jepa": [procrustes_residual(project(fit_view(m, "text") if view_k else None,
+                                                      embed_texts(m, "text-jepa", caps, base.text.max_len)), Z)
                           for m in tj_models]}
     atomic_write_json(out / "scenelab.json", res)
     (out / "scenelab.md").write_text(format_table(res) + "\n")
@@ -541,6 +606,11 @@ def format_table(res: dict) -> str:
     lines.append(f"\n{res['n_test']} held-out scenes (distinct), chance mutual {k}-NN = "
                  f"{res['chance_mutual_knn']:.3f}{ceiling}; residual: held-out, after a rotation + scale fitted on the "
                  f"other half (0 = same space up to a rotation, 1 = unrelated); {res['seconds']} s.")
+    for side, lam in (res.get("view_eigenvalues") or {}).items():
+        kk = res["view_k"]
+        nxt = f", then {lam[kk]:.3f} .. {lam[-1]:.3f}" if len(lam) > kk else ""
+        lines.append(f"{side} JEPA scored on its {kk} most view-predictable of {len(lam)} directions "
+                     f"(view_subspace; cross-view correlation {lam[0]:.3f} .. {lam[kk - 1]:.3f}{nxt}).")
     for kind, losses in (res.get("restarts") or {}).items():
         best = min(losses, key=lambda x: x[1])
         lines.append(f"{kind}: {len(losses)} restarts, final training loss "

@@ -1,0 +1,168 @@
+"""Where a scene-lab run's residual comes from: a decomposition of each JEPA's gap to the latents.
+
+    python -m eval.scenelab_diagnose LAB [--views 8] [--json]
+
+``LAB`` is a finished ``captioner scenelab --out LAB`` folder (its kept image and text JEPAs). On the
+324 held-out scenes, each JEPA's embedding is compared with the whitened latents (``latent_features``)
+in five ways, all held out (fitted on one half of the scenes, scored on the other, as the lab's residual):
+
+- **rotation**: the lab's own residual (rotation + scale), 0 = the same space up to a rotation;
+- **linear**: a general affine map instead (least squares). Rotation minus linear is a *linear
+  distortion* (the right information, the wrong metric: some directions stretched);
+- **whitened, then rotation**: each side whitened on its own (no pairs, no labels) before the rotation:
+  the part of the linear distortion that isotropy alone fixes;
+- **mean of V views, then rotation**: the embedding averaged over ``--views`` observations of each scene
+  (renders with other jitter seeds, or other paraphrases; clean): what is left once per-observation noise
+  is averaged away;
+- **probe accuracy** per attribute: a linear read-out (least squares onto the one-hot, argmax), so a lost
+  attribute shows by name.
+
+and text vs image the same way (rotation, linear, whitened; the whitened residual is still pair-free up to
+the final rotation). What is left after "linear" is what no linear map recovers (interactions between
+attributes, a warp).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def _split(n: int, seed: int = 0, frac: float = 0.5):
+    perm = np.random.default_rng(seed).permutation(n)
+    return perm[: int(n * frac)], perm[int(n * frac):]
+
+
+def linear_residual(X: np.ndarray, Y: np.ndarray, seed: int = 0, ridge: float = 1e-6) -> float:
+    """Held-out 1 - R^2 of the least-squares affine map X -> Y, fitted on half the rows (the same split
+    as ``scenelab.procrustes_residual``)."""
+    X = np.asarray(X, np.float64)
+    Y = np.asarray(Y, np.float64)
+    fi, ev = _split(len(X), seed)
+    mx, my = X[fi].mean(0), Y[fi].mean(0)
+    A = X[fi] - mx
+    W = np.linalg.solve(A.T @ A + ridge * len(fi) * np.eye(A.shape[1]), A.T @ (Y[fi] - my))
+    pred = (X[ev] - mx) @ W + my
+    return float(((pred - Y[ev]) ** 2).sum() / ((Y[ev] - my) ** 2).sum())
+
+
+def whiten(X: np.ndarray, eps: float = 1e-6) -> np.ndarray:
+    """X centred and whitened by its own covariance (ZCA): identity covariance, no labels used."""
+    X = np.asarray(X, np.float64)
+    X = X - X.mean(0)
+    w, V = np.linalg.eigh(X.T @ X / len(X))
+    return X @ V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T
+
+
+def probe_accuracy(X: np.ndarray, scenes, seed: int = 0) -> dict:
+    """Per attribute: held-out accuracy of a linear read-out (least squares onto the one-hot, argmax)."""
+    from captioner.jepa.scenelab import ATTRS
+
+    X = np.asarray(X, np.float64)
+    fi, ev = _split(len(X), seed)
+    Xa = np.concatenate([X, np.ones((len(X), 1))], 1)
+    out = {}
+    for name, options in ATTRS.items():
+        y = np.array([options.index(getattr(sc, name)) for sc in scenes])
+        W = np.linalg.lstsq(Xa[fi], np.eye(len(options))[y[fi]], rcond=None)[0]
+        out[name] = float(((Xa[ev] @ W).argmax(1) == y[ev]).mean())
+    return out
+
+
+def load_kept(lab: Path, kind: str):
+    """The model a finished lab kept for ``kind`` (``scenelab.kept_run``), in eval mode, and its config."""
+    from captioner.errors import CaptionerError
+    from captioner.jepa.model import build_model
+    from captioner.jepa.scenelab import kept_run
+    from captioner.jepa.train import TrainConfig, load_checkpoint
+
+    run = kept_run(lab, kind)
+    if not (run / "checkpoint.pt").is_file():
+        raise CaptionerError(f"scenelab_diagnose: no {kind} checkpoint in {run}; "
+                             f"run `captioner scenelab --out {lab}` first")
+    ck = load_checkpoint(run / "checkpoint.pt")
+    cfg = TrainConfig.from_dict(ck["config"])
+    model = build_model(kind, cfg.text, cfg.image, cfg.objective)
+    model.load_state_dict(ck["model"])
+    return model.eval(), cfg
+
+
+def side_report(X: np.ndarray, Xmean: np.ndarray, Z: np.ndarray, scenes) -> dict:
+    from captioner.jepa.scenelab import procrustes_residual
+
+    return {"rotation": procrustes_residual(X, Z), "linear": linear_residual(X, Z),
+            "whitened": procrustes_residual(whiten(X), Z), "mean_views": procrustes_residual(Xmean, Z),
+            "probe": probe_accuracy(X, scenes)}
+
+
+def run(lab, views: int = 8) -> dict:
+    import torch
+
+    from captioner.jepa import scenelab as S
+    from captioner.paths import atomic_write_json
+
+    torch.set_num_threads(1)
+    lab = Path(lab)
+    t0 = time.time()
+    conf = json.loads((lab / "scenelab.json").read_text())["config"] if (lab / "scenelab.json").is_file() else {}
+    cfg = S.LabConfig(**{k: v for k, v in conf.items() if k in S.LabConfig.__dataclass_fields__})
+    img, icfg = load_kept(lab, "image-jepa")
+    txt, tcfg = load_kept(lab, "text-jepa")
+    size, max_len = icfg.image.image_size, tcfg.text.max_len
+    if icfg.image.embed_dim != S.LATENT_DIM or tcfg.text.embed_dim != S.LATENT_DIM:
+        from captioner.errors import CaptionerError
+
+        raise CaptionerError(f"scenelab_diagnose: {lab} has embeddings of width {icfg.image.embed_dim} (image) and "
+                             f"{tcfg.text.embed_dim} (text); the decomposition is for width {S.LATENT_DIM}, the "
+                             "latents' (the lab scores wider runs on their view subspace)")
+    scenes, ims, caps = S.test_pairs(cfg, size)
+    Z = S.latent_features(scenes)
+    Xi = S.embed_images(img, ims)
+    Xt = S.embed_texts(txt, "text-jepa", caps, max_len)
+    # further clean observations of each held-out scene: renders with other jitter seeds, other paraphrases
+    Xi_views = [S.embed_images(img, [S.render(sc, size, seed=950_000 + 1000 * v + i, corrupt=0.0)
+                                     for i, sc in enumerate(scenes)]) for v in range(views)]
+    Xt_views = [S.embed_texts(txt, "text-jepa", [S.describe(sc, seed=750_000 + 1000 * v + i, corrupt=0.0)
+                                                 for i, sc in enumerate(scenes)], max_len) for v in range(views)]
+    Xi_mean, Xt_mean = np.mean(Xi_views, 0), np.mean(Xt_views, 0)
+    res = {"lab": str(lab), "views": views, "n_test": len(scenes),
+           "image": side_report(Xi, Xi_mean, Z, scenes), "text": side_report(Xt, Xt_mean, Z, scenes),
+           "text_vs_image": {"rotation": S.procrustes_residual(Xt, Xi), "linear": linear_residual(Xt, Xi),
+                             "whitened": S.procrustes_residual(whiten(Xt), whiten(Xi)),
+                             "mean_views": S.procrustes_residual(Xt_mean, Xi_mean)},
+           "seconds": round(time.time() - t0, 1)}
+    atomic_write_json(lab / "diagnose.json", res)
+    return res
+
+
+def table(res: dict) -> str:
+    lines = [f"| pair | rotation | linear | whitened, then rotation | mean of {res['views']} views, then rotation "
+             "| probe accuracy (colour / size / col / row / background) |", "| --- | ---: | ---: | ---: | ---: | --- |"]
+    for key, name in (("image", "image JEPA vs latents"), ("text", "text JEPA vs latents"),
+                      ("text_vs_image", "text JEPA vs image JEPA")):
+        r = res[key]
+        probe = " / ".join(f"{v:.2f}" for v in r["probe"].values()) if "probe" in r else "-"
+        lines.append(f"| {name} | {r['rotation']:.3f} | {r['linear']:.3f} | {r['whitened']:.3f} | "
+                     f"{r['mean_views']:.3f} | {probe} |")
+    lines.append(f"\n{res['n_test']} held-out scenes, held-out residuals (fitted on one half, scored on the other; "
+                 f"0 = the same space up to the map named); {res['lab']}; {res['seconds']} s.")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
+    ap.add_argument("--views", type=int, default=8, help="observations averaged per scene (default 8)")
+    ap.add_argument("--json", action="store_true", help="print the JSON as well")
+    a = ap.parse_args(argv)
+    res = run(a.lab, a.views)
+    if a.json:
+        print(json.dumps(res, indent=2))
+    print(table(res))
+
+
+if __name__ == "__main__":
+    main()
