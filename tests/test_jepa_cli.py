@@ -91,7 +91,7 @@ def test_scenelab_cli_passes_steps_and_learning_rates(tmp_path, monkeypatch, cap
     assert code == 0, err
     assert seen["cfg"].objective == {"reg_weight": 0.1, "pred_hidden": 0}
     assert seen["cfg"].text_objective == {"reg_weight": 0.2, "pred_hidden": 128}
-    assert seen["cfg"].image == {"pool": "mean+flatten"}                       # the lab's default pooling
+    assert seen["cfg"].image == {"pool": "mean+coords"}                       # the lab's default pooling
     code, out, err = _run(["scenelab", "--image-pool", "flatten", "--quiet"], capsys)
     assert code == 0, err
     assert seen["cfg"].image == {"pool": "flatten"}

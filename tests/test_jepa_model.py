@@ -157,3 +157,19 @@ def test_ema_target_moves_towards_online():
     before = p_t.clone()
     m.update_target()
     torch.testing.assert_close(p_t, 0.5 * before + 0.5 * p_on.detach())
+
+
+def test_coords_pool_reads_where_a_channel_fires():
+    # mean+coords: per channel the global average, then the soft-argmax x and y on the final map; a sharp
+    # blob in the top-right corner of every channel's map gives x ~ +0.75, y ~ -0.75 on a 4 x 4 grid
+    b = M.CNNBackbone(M.ImageConfig(image_size=16, channels=[4, 8], pool="mean+coords"))
+    assert b.out_dim == 3 * 8
+    h = torch.zeros(2, 8, 4, 4)
+    h[:, :, 0, 3] = 50.0
+    b.net = torch.nn.Identity()                  # feed the map itself
+    out = b(h)
+    assert torch.allclose(out[:, :8], h.mean((2, 3)))
+    assert torch.allclose(out[:, 8:16], torch.full((2, 8), 0.75), atol=1e-4)     # x: the right-most cell
+    assert torch.allclose(out[:, 16:], torch.full((2, 8), -0.75), atol=1e-4)     # y: the top row
+    with pytest.raises(ValueError, match="mean\\+coords"):
+        M.CNNBackbone(M.ImageConfig(pool="max"))

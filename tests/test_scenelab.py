@@ -165,7 +165,7 @@ def test_text_objective_reaches_the_text_sides_only(train_config):
 
 def test_architecture_overrides_reach_their_side(train_config):
     tc = train_config("image-jepa", S.LabConfig())
-    assert tc.image.pool == "mean+flatten" and tc.image.embed_dim == S.LATENT_DIM      # the lab's default
+    assert tc.image.pool == "mean+coords" and tc.image.embed_dim == S.LATENT_DIM      # the lab's default
     tc = train_config("image-jepa", S.LabConfig(image={"pool": "mean", "embed_dim": 99}))
     assert tc.image.pool == "mean" and tc.image.embed_dim == S.LATENT_DIM             # embed_dim stays the lab's
     tc = train_config("text-jepa", S.LabConfig(text={"layers": 1}))
@@ -327,6 +327,7 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     assert d["text"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual_latents"], abs=1e-9)
     assert d["text_vs_image"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual"], abs=1e-9)
     assert set(d["image"]["probe"]) == set(S.ATTRS) and all(0 <= v <= 1 for v in d["image"]["probe"].values())
+    assert set(d["image"]["interactions"]) == {"non_additive", "after_pairs", "pairs_chance"}
     assert (tmp_path / "lab" / "diagnose.json").is_file() and "probe accuracy" in D.table(d)
 
 
@@ -341,3 +342,20 @@ def test_diagnose_residuals_known_answers():
     W = D.whiten(Z @ A)
     assert np.allclose(W.T @ W / len(W), np.eye(6), atol=1e-8)
     assert D.linear_residual(rng.standard_normal((400, 6)), Z) > 0.9      # unrelated
+
+
+def test_interaction_fractions_known_answers():
+    from eval import scenelab_diagnose as D
+
+    scenes = S.all_scenes()
+    Z = S.latent_features(scenes)
+    it = D.interaction_fractions(Z @ np.random.default_rng(1).standard_normal((12, 12)), scenes)
+    assert it["non_additive"] < 1e-10 and it["after_pairs"] < 1e-10          # additive: any linear map of Z
+    colour_x_bg = (Z[:, :5, None] * Z[:, None, 10:12]).reshape(len(Z), -1)   # a pure pairwise warp
+    it = D.interaction_fractions(np.concatenate([Z, colour_x_bg], 1), scenes)
+    assert it["non_additive"] > 0.3 and it["after_pairs"] < 1e-10
+    # 53 pairwise columns over 311 residual degrees of freedom
+    assert it["pairs_chance"] == pytest.approx(it["non_additive"] * 53 / 311, rel=1e-9)
+    noise = np.random.default_rng(2).standard_normal((len(Z), 12))           # no structure: pairs take ~ chance
+    it = D.interaction_fractions(noise, scenes)
+    assert abs((it["non_additive"] - it["after_pairs"]) - it["pairs_chance"]) < 0.03

@@ -130,8 +130,9 @@ def scaling_cli(preset, out, force, as_json, quiet):
               help="text JEPA and NTP regulariser weight (overrides --reg-weight on the text side only)")
 @click.option("--text-pred-hidden", type=int, default=None,
               help="text JEPA predictor hidden width (overrides --pred-hidden on the text side only; 0 = linear)")
-@click.option("--image-pool", type=click.Choice(["mean", "flatten", "mean+flatten"]), default=None,
-              help="image JEPA CNN pooling (default mean+flatten: the global average beside the flattened map)")
+@click.option("--image-pool", type=click.Choice(["mean", "flatten", "mean+flatten", "mean+coords"]), default=None,
+              help="image JEPA CNN pooling (default mean+coords: the global average and each channel's "
+                   "soft-argmax position; mean+flatten: the average beside the flattened map)")
 @click.option("--init-from", type=click.Path(exists=True, file_okay=False), default=None,
               help="a previous scene-lab folder: each model starts from its checkpoint there (fine-tuning, "
                    "e.g. SIGReg-trained encoders with --reg cov)")

@@ -38,6 +38,7 @@ class ImageConfig:
     image_size: int = 32
     channels: list = field(default_factory=lambda: [32, 64, 128])   # cnn: one stride-2 stage each
     pool: str = "mean"             # cnn: "mean" (global average) | "flatten" (keeps where things are) | both
+                                   # ("mean+flatten") | "mean+coords" (the average and each channel's soft-argmax)
     norm: str = "batch"            # cnn: "batch" | "group" (per-image: erases absolute levels, e.g. colour)
     patch: int = 4                 # vit
     dim: int = 64                  # vit width
@@ -229,10 +230,18 @@ class CNNBackbone(nn.Module):
         self.net = nn.Sequential(*layers)
         self.pool = cfg.pool
         side = cfg.image_size // 2 ** len(cfg.channels)
-        dims = {"mean": c_in, "flatten": c_in * side * side, "mean+flatten": c_in * (1 + side * side)}
+        dims = {"mean": c_in, "flatten": c_in * side * side, "mean+flatten": c_in * (1 + side * side),
+                "mean+coords": 3 * c_in}
         if cfg.pool not in dims:
             raise ValueError(f"cnn pool must be one of {', '.join(dims)}, not {cfg.pool!r}")
         self.out_dim = dims[cfg.pool]
+        if cfg.pool == "mean+coords":
+            # spatial soft-argmax (each channel's expected x and y under a softmax over the map), with a
+            # learnt sharpness per channel; the grid runs over [-1, 1] through the cell centres
+            self.log_sharp = nn.Parameter(torch.zeros(c_in))
+            g = (torch.arange(side, dtype=torch.float32) + 0.5) / side * 2 - 1
+            self.register_buffer("grid_x", g.repeat(side), persistent=False)           # (H'W',) x of each cell
+            self.register_buffer("grid_y", g.repeat_interleave(side), persistent=False)
 
     def forward(self, x):
         h = self.net(x)                                               # (B, C, H', W')
@@ -240,6 +249,11 @@ class CNNBackbone(nn.Module):
             return h.mean((2, 3))
         if self.pool == "flatten":
             return h.flatten(1)
+        if self.pool == "mean+coords":
+            # what is there (the average) and where each channel fires (its soft-argmax): position as two
+            # numbers per channel, the same whatever the colour, rather than one weight per cell
+            w = torch.softmax(h.flatten(2) * self.log_sharp.exp()[:, None], -1)       # (B, C, H'W')
+            return torch.cat([h.mean((2, 3)), w @ self.grid_x, w @ self.grid_y], 1)
         # what is there (translation-invariant) and where it is
         return torch.cat([h.mean((2, 3)), h.flatten(1)], 1)
 

@@ -199,10 +199,11 @@ class LabConfig:
     # same objective as the image JEPA); e.g. {"pred_hidden": 128} keeps an MLP predictor on the text side
     # while the image side uses a linear one
     text_objective: dict = field(default_factory=dict)
-    # architecture overrides over the preset's (ImageConfig / TextConfig fields). The image default keeps
-    # the global average beside the flattened map: the tiny preset's "flatten" alone left the image JEPA
-    # further from the latents (README, scene lab)
-    image: dict = field(default_factory=lambda: {"pool": "mean+flatten"})
+    # architecture overrides over the preset's (ImageConfig / TextConfig fields). The image default pools
+    # the global average (what) and each channel's soft-argmax (where): the tiny preset's "flatten" and
+    # then the average beside the flattened map left the image JEPA further from the latents (README,
+    # scene lab)
+    image: dict = field(default_factory=lambda: {"pool": "mean+coords"})
     text: dict = field(default_factory=dict)
     # a previous lab folder: each model starts from <init_from>/<kind>/checkpoint.pt (train's init_from)
     init_from: str | None = None
