@@ -31,17 +31,14 @@ from pathlib import Path
 import numpy as np
 
 
-def _split(n: int, seed: int = 0, frac: float = 0.5):
-    perm = np.random.default_rng(seed).permutation(n)
-    return perm[: int(n * frac)], perm[int(n * frac):]
-
-
 def linear_residual(X: np.ndarray, Y: np.ndarray, seed: int = 0, ridge: float = 1e-6) -> float:
     """Held-out 1 - R^2 of the least-squares affine map X -> Y, fitted on half the rows (the same split
     as ``scenelab.procrustes_residual``)."""
+    from captioner.jepa.scenelab import holdout_split
+
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y, np.float64)
-    fi, ev = _split(len(X), seed)
+    fi, ev = holdout_split(len(X), seed=seed)
     mx, my = X[fi].mean(0), Y[fi].mean(0)
     A = X[fi] - mx
     W = np.linalg.solve(A.T @ A + ridge * len(fi) * np.eye(A.shape[1]), A.T @ (Y[fi] - my))
@@ -51,24 +48,23 @@ def linear_residual(X: np.ndarray, Y: np.ndarray, seed: int = 0, ridge: float = 
 
 def whiten(X: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """X centred and whitened by its own covariance (ZCA): identity covariance, no labels used."""
-    X = np.asarray(X, np.float64)
-    X = X - X.mean(0)
-    w, V = np.linalg.eigh(X.T @ X / len(X))
-    return X @ V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T
+    from captioner.jepa.scenelab import whitening
+
+    mu, W = whitening(X, eps)
+    return (np.asarray(X, np.float64) - mu) @ W
 
 
 def probe_accuracy(X: np.ndarray, scenes, seed: int = 0) -> dict:
     """Per attribute: held-out accuracy of a linear read-out (least squares onto the one-hot, argmax)."""
-    from captioner.jepa.scenelab import ATTRS
+    from captioner.jepa.scenelab import holdout_split
 
     X = np.asarray(X, np.float64)
-    fi, ev = _split(len(X), seed)
+    fi, ev = holdout_split(len(X), seed=seed)
     Xa = np.concatenate([X, np.ones((len(X), 1))], 1)
     out = {}
-    for name, options in ATTRS.items():
-        y = np.array([options.index(getattr(sc, name)) for sc in scenes])
-        W = np.linalg.lstsq(Xa[fi], np.eye(len(options))[y[fi]], rcond=None)[0]
-        out[name] = float(((Xa[ev] @ W).argmax(1) == y[ev]).mean())
+    for name, oh in _onehots(scenes).items():
+        W = np.linalg.lstsq(Xa[fi], oh[fi], rcond=None)[0]
+        out[name] = float(((Xa[ev] @ W).argmax(1) == oh[ev].argmax(1)).mean())
     return out
 
 
@@ -111,19 +107,15 @@ def interaction_fractions(X: np.ndarray, scenes) -> dict:
 def load_kept(lab: Path, kind: str):
     """The model a finished lab kept for ``kind`` (``scenelab.kept_run``), in eval mode, and its config."""
     from captioner.errors import CaptionerError
-    from captioner.jepa.model import build_model
+    from captioner.jepa.encoder import load_jepa_encoder
     from captioner.jepa.scenelab import kept_run
-    from captioner.jepa.train import TrainConfig, load_checkpoint
 
     run = kept_run(lab, kind)
     if not (run / "checkpoint.pt").is_file():
         raise CaptionerError(f"scenelab_diagnose: no {kind} checkpoint in {run}; "
                              f"run `captioner scenelab --out {lab}` first")
-    ck = load_checkpoint(run / "checkpoint.pt")
-    cfg = TrainConfig.from_dict(ck["config"])
-    model = build_model(kind, cfg.text, cfg.image, cfg.objective)
-    model.load_state_dict(ck["model"])
-    return model.eval(), cfg
+    enc = load_jepa_encoder(run / "checkpoint.pt")
+    return enc.model, enc.cfg
 
 
 def side_report(X: np.ndarray, Xmean: np.ndarray, Z: np.ndarray, scenes) -> dict:

@@ -257,6 +257,21 @@ def latent_features(scenes: list[Scene]) -> np.ndarray:
     return np.concatenate(blocks, 1).astype(np.float32)
 
 
+def holdout_split(n: int, fit_frac: float = 0.5, seed: int = 0):
+    """(fit indices, held-out indices): a seeded random ``fit_frac`` of ``range(n)`` and the rest. Every
+    held-out score of the lab (``procrustes_residual``, eval.scenelab_diagnose) splits this way."""
+    perm = np.random.default_rng(seed).permutation(n)
+    return perm[: int(n * fit_frac)], perm[int(n * fit_frac):]
+
+
+def whitening(X: np.ndarray, eps: float = 1e-6):
+    """``(mean, W)`` with ``(X - mean) @ W`` of identity covariance (ZCA; eigenvalues floored at ``eps``)."""
+    X = np.asarray(X, np.float64)
+    mu = X.mean(0)
+    w, V = np.linalg.eigh((X - mu).T @ (X - mu) / len(X))
+    return mu, V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T
+
+
 def procrustes_residual(X: np.ndarray, Y: np.ndarray, fit_frac: float = 0.5, seed: int = 0) -> float:
     """Held-out relative residual of the best rotation + scale from X to Y (alignment.procrustes).
 
@@ -271,8 +286,7 @@ def procrustes_residual(X: np.ndarray, Y: np.ndarray, fit_frac: float = 0.5, see
     # equal footing: each side at unit RMS row norm, so that the fitted scale is comparable across runs
     X = (X - X.mean(0)) / np.sqrt(((X - X.mean(0)) ** 2).sum(1).mean())
     Y = (Y - Y.mean(0)) / np.sqrt(((Y - Y.mean(0)) ** 2).sum(1).mean())
-    perm = np.random.default_rng(seed).permutation(len(X))
-    fi, ev = perm[: int(len(X) * fit_frac)], perm[int(len(X) * fit_frac):]
+    fi, ev = holdout_split(len(X), fit_frac, seed)
     rot = fit_procrustes(X[fi], Y[fi], center=True, scale=True)
     pred = rot.transform(X[ev])
     return float(((pred - Y[ev]) ** 2).sum() / ((Y[ev] - Y[fi].mean(0)) ** 2).sum())
@@ -299,13 +313,9 @@ def view_subspace(A: np.ndarray, B: np.ndarray, k: int | None = None, eps: float
     k = A.shape[1] if k is None else k
     if not 1 <= k <= A.shape[1]:
         raise ValueError(f"view_subspace: k must be in 1..{A.shape[1]}, not {k}")
-    mu = (A.mean(0) + B.mean(0)) / 2
-    A0, B0 = A - mu, B - mu
-    n = len(A)
-    w, V = np.linalg.eigh((A0.T @ A0 + B0.T @ B0) / (2 * n))
-    W = V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T          # joint whitening (ZCA)
-    Aw, Bw = A0 @ W, B0 @ W
-    lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * n))
+    mu, W = whitening(np.concatenate([A, B]), eps)                     # joint mean and covariance
+    Aw, Bw = (A - mu) @ W, (B - mu) @ W
+    lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * len(A)))
     order = np.argsort(lam)[::-1]
     return mu, W @ U[:, order[:k]], lam[order]
 
@@ -561,13 +571,12 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
     Ximg = project(proj.get("image"), embed_images(img_model, ims))
     rows = [{"side": "image JEPA (two renders)", "views": "good", "vs": "latents",
              "mutual_knn": mutual_knn(Ximg, Z, cfg.k), "procrustes_residual": procrustes_residual(Ximg, Z)}]
-    sides = [("text JEPA (two paraphrases)", "good", tj_model),
-             ("next-token LM (one document)", "bad", ntp_model),
-             ("untrained text encoder", "none", untrained)]
-    for name, views, m in sides:
-        Xt = embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, base.text.max_len)
-        if m is tj_model:
-            Xt = project(proj.get("text"), Xt)
+    # the baselines have no good views to fit a view subspace on: scored raw
+    sides = [("text JEPA (two paraphrases)", "good", tj_model, proj.get("text")),
+             ("next-token LM (one document)", "bad", ntp_model, None),
+             ("untrained text encoder", "none", untrained, None)]
+    for name, views, m, p in sides:
+        Xt = project(p, embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, base.text.max_len))
         rows.append({"side": name, "views": views, "vs": "image JEPA",
                      "mutual_knn": mutual_knn(Xt, Ximg, cfg.k), "procrustes_residual": procrustes_residual(Xt, Ximg),
                      "mutual_knn_latents": mutual_knn(Xt, Z, cfg.k),
