@@ -98,10 +98,16 @@ def interaction_fractions(X: np.ndarray, scenes) -> dict:
         return float(((X - D @ W) ** 2).sum() / (X ** 2).sum()), np.linalg.matrix_rank(D)
 
     add, r_add = rest(list(oh.values()))
-    pairs = [(oh[a][:, :, None] * oh[b][:, None, :]).reshape(len(X), -1) for a, b in itertools.combinations(oh, 2)]
+    names = list(itertools.combinations(oh, 2))
+    pairs = [(oh[a][:, :, None] * oh[b][:, None, :]).reshape(len(X), -1) for a, b in names]
     after, r_pairs = rest(list(oh.values()) + pairs)
+    # each pair alone beside the additive model: what it takes, and what it would take from a structureless rest
+    by_pair = {}
+    for (a, b), P in zip(names, pairs):
+        r, rk = rest(list(oh.values()) + [P])
+        by_pair[f"{a}x{b}"] = {"share": add - r, "chance": add * (rk - r_add) / max(1, len(X) - r_add)}
     return {"non_additive": add, "after_pairs": after,
-            "pairs_chance": add * (r_pairs - r_add) / max(1, len(X) - r_add)}
+            "pairs_chance": add * (r_pairs - r_add) / max(1, len(X) - r_add), "by_pair": by_pair}
 
 
 def load_kept(lab: Path, kind: str):
@@ -180,6 +186,15 @@ def table(res: dict) -> str:
     for key in ("image", "text"):
         it = res[key]["interactions"]
         lines.append(f"| {key} | {it['non_additive']:.3f} | {it['after_pairs']:.3f} | {it['pairs_chance']:.3f} |")
+    lines.append("\n| JEPA | " + " | ".join(k.replace("x", " x ") for k in res["image"]["interactions"]["by_pair"])
+                 + " |\n| --- |" + " ---: |" * len(res["image"]["interactions"]["by_pair"]))
+    for key in ("image", "text"):
+        bp = res[key]["interactions"]["by_pair"]
+        lines.append(f"| {key} | " + " | ".join(f"{v['share']:.3f}" for v in bp.values()) + " |")
+    chance = res["image"]["interactions"]["by_pair"]
+    lines.append("| (image, structureless rest) | " + " | ".join(f"{v['chance']:.3f}" for v in chance.values()) + " |")
+    lines.append("\n(variance each pairwise interaction takes alone, beside the additive model; the last row is "
+                 "what it would take from the image JEPA's rest if that rest had no structure)")
     lines.append(f"\n{res['n_test']} held-out scenes, held-out residuals (fitted on one half, scored on the other; "
                  f"0 = the same space up to the map named); {res['lab']}; {res['seconds']} s.")
     return "\n".join(lines)

@@ -39,6 +39,22 @@ def test_renders_are_deterministic_given_a_seed():
     assert tuple(arr1.shape) == (5, 2, 3, 16, 16) and bool((arr1 == arr2).all())
 
 
+def test_observed_scenes_are_what_each_render_shows():
+    # a render draws its observation first: without jitter, render_array's seed for (i, r) draws a
+    # picture of exactly that observation, and about CORRUPT of the attributes differ from the scene
+    scenes = S.sample_scenes(60, seed=4)
+    obs = S.observed_scenes(scenes, 2, seed=4)
+    assert len(obs) == 60 and all(len(o) == 2 for o in obs)
+    for i in range(60):
+        for r in range(2):
+            seed = (4 * 1000003 + i) * 31 + r                  # render_array's seed for scene i, render r
+            drawn = np.asarray(S.render(scenes[i], 16, seed=seed, jitter=False))
+            np.testing.assert_array_equal(drawn, np.asarray(S.render(obs[i][r], 16, corrupt=0.0, jitter=False)))
+    changed = np.mean([getattr(o[r], a) != getattr(sc, a) for sc, o in zip(scenes, obs) for r in range(2) for a in S.ATTRS])
+    assert 0.04 < changed < 0.2                                  # CORRUPT 0.15, a redraw may land on the same value
+    assert S.observed_scenes(scenes, 2, seed=4, corrupt=0.0) == [[sc, sc] for sc in scenes]
+
+
 def test_clean_render_shows_the_latent():
     sc = S.Scene("red", "large", "left", "top", "black")
     a = np.asarray(S.render(sc, 32, seed=0, corrupt=0.0, jitter=False)).astype(int)
@@ -327,8 +343,30 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     assert d["text"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual_latents"], abs=1e-9)
     assert d["text_vs_image"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual"], abs=1e-9)
     assert set(d["image"]["probe"]) == set(S.ATTRS) and all(0 <= v <= 1 for v in d["image"]["probe"].values())
-    assert set(d["image"]["interactions"]) == {"non_additive", "after_pairs", "pairs_chance"}
+    assert set(d["image"]["interactions"]) == {"non_additive", "after_pairs", "pairs_chance", "by_pair"}
     assert (tmp_path / "lab" / "diagnose.json").is_file() and "probe accuracy" in D.table(d)
+
+    # the anchor: a supervised image encoder written as a lab folder that --init-from starts from
+    import torch
+
+    from eval import scenelab_anchor as A
+
+    a = A.train_anchor(tmp_path / "lab", tmp_path / "anchor", steps=4, progress=False)
+    assert 0 <= a["residual_vs_latents"] <= 1.5 and (tmp_path / "anchor" / "anchor.json").is_file()
+    for kind in ("image-jepa", "text-jepa", "ntp"):
+        assert (tmp_path / "anchor" / kind / "checkpoint.pt").is_file()
+    from captioner.jepa.encoder import load_jepa_encoder
+
+    m = load_jepa_encoder(tmp_path / "anchor" / "image-jepa" / "checkpoint.pt").model
+    assert torch.allclose(m.pred.weight, 0.85 ** 2 * torch.eye(12))          # the theorem's linear predictor
+    ims = S.test_pairs(S.LabConfig(**small), 32)[1]
+    assert S.procrustes_residual(S.embed_images(m, ims), S.latent_features(S.test_pairs(S.LabConfig(**small), 32)[0])) \
+        == pytest.approx(a["residual_vs_latents"], abs=1e-9)                    # the checkpoint is the scored encoder
+    res = S.run_lab(S.LabConfig(init_from=str(tmp_path / "anchor"), **{**small, "text_steps": 1}),
+                    out=tmp_path / "from-anchor", progress=False)
+    assert res["rows"][0]["side"] == "image JEPA (two renders)"
+    with pytest.raises(CaptionerError, match="not a finished lab"):
+        A.train_anchor(tmp_path / "anchor", tmp_path / "x", steps=1, progress=False)
 
 
 def test_diagnose_residuals_known_answers():
@@ -356,6 +394,10 @@ def test_interaction_fractions_known_answers():
     assert it["non_additive"] > 0.3 and it["after_pairs"] < 1e-10
     # 53 pairwise columns over 311 residual degrees of freedom
     assert it["pairs_chance"] == pytest.approx(it["non_additive"] * 53 / 311, rel=1e-9)
+    bp = it["by_pair"]                                                        # all of it in colour x background
+    assert len(bp) == 10 and bp["colourxbackground"]["share"] == pytest.approx(it["non_additive"], rel=1e-9)
+    assert max(v["share"] for k, v in bp.items() if k != "colourxbackground") < 0.2 * it["non_additive"]
+    assert bp["colourxbackground"]["chance"] == pytest.approx(it["non_additive"] * 10 / 311, rel=1e-9)
     noise = np.random.default_rng(2).standard_normal((len(Z), 12))           # no structure: pairs take ~ chance
     it = D.interaction_fractions(noise, scenes)
     assert abs((it["non_additive"] - it["after_pairs"]) - it["pairs_chance"]) < 0.03

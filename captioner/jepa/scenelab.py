@@ -159,13 +159,24 @@ def text_corpus(n_scenes: int = 2000, seed: int = 0, n_captions: int = 6):
                        [f"{i}:{sc.key()}" for i, sc in enumerate(scenes)])
 
 
+def _render_seed(seed: int, i: int, r: int) -> int:
+    return (seed * 1000003 + i) * 31 + r
+
+
 def render_array(scenes: list[Scene], renders: int, size: int, seed: int = 0):
     """(N, R, 3, size, size) uint8 torch tensor: ``renders`` jittered renders of each scene."""
     import torch
 
-    arr = np.stack([np.stack([np.asarray(render(sc, size, seed=(seed * 1000003 + i) * 31 + r)) for r in range(renders)])
+    arr = np.stack([np.stack([np.asarray(render(sc, size, seed=_render_seed(seed, i, r))) for r in range(renders)])
                     for i, sc in enumerate(scenes)])                 # (N, R, H, W, 3)
     return torch.from_numpy(arr).permute(0, 1, 4, 2, 3).contiguous()
+
+
+def observed_scenes(scenes: list[Scene], renders: int, seed: int = 0, corrupt: float = CORRUPT) -> list[list[Scene]]:
+    """What each render of ``render_array(scenes, renders, size, seed)`` shows: [scene][render] -> the
+    observation (``observe``) that render drew, corrupted attributes included."""
+    return [[observe(sc, np.random.default_rng(_render_seed(seed, i, r)), corrupt) for r in range(renders)]
+            for i, sc in enumerate(scenes)]
 
 
 def image_corpus(n_scenes: int = 2000, size: int = 32, seed: int = 0, renders: int = 4):

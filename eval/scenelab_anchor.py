@@ -1,0 +1,127 @@
+"""Start a scene lab's image JEPA at the answer: is its residual the CNN's limit or the objective's pull?
+
+    python -m eval.scenelab_anchor LAB --out ANCHOR [--steps 2000]
+    captioner scenelab --init-from ANCHOR --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
+
+``LAB`` is a finished ``captioner scenelab --out LAB`` folder. The first command trains a fresh image
+encoder of LAB's architecture *with labels* (diagnostic only: no lab result uses them), by least squares
+onto the whitened latents (``scenelab.latent_features``) of what each of LAB's training renders shows
+(``scenelab.observed_scenes``: corrupted attributes included), on the same renders and augmentations.
+It prints the encoder's held-out residual against the latents (the lab's score, clean test renders)
+and writes ANCHOR as a lab folder: ``image-jepa/checkpoint.pt`` holds that encoder (and, for a linear
+predictor, the theorem's predictor: the view kernel's eigenvalue (1 - CORRUPT)^2 times the identity);
+``text-jepa`` and ``ntp`` are LAB's kept checkpoints. ``captioner scenelab --init-from ANCHOR`` then trains
+the JEPA objective from the answer: if the residual stays near the anchor's, the answer is a fixed point
+of the objective and a lab run far from it is an optimisation failure; if it drifts back to the lab's
+figure, the objective itself (with this encoder and these views) prefers the warp.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float = 2e-3, progress: bool = True) -> dict:
+    import torch
+    from tqdm.auto import tqdm
+
+    from captioner.errors import CaptionerError
+    from captioner.jepa import scenelab as S
+    from captioner.jepa import views as V
+    from captioner.jepa.train import load_checkpoint
+    from captioner.paths import atomic_write_json
+
+    lab, out = Path(lab), Path(out)
+    if not (lab / "scenelab.json").is_file():
+        raise CaptionerError(f"scenelab_anchor: {lab} is not a finished lab (no scenelab.json); "
+                             f"run `captioner scenelab --out {lab}` first")
+    if out.resolve() == lab.resolve():
+        raise CaptionerError("scenelab_anchor: --out must be another folder than LAB")
+    from eval.scenelab_diagnose import load_kept
+
+    conf = json.loads((lab / "scenelab.json").read_text())["config"]
+    cfg = S.LabConfig(**{k: v for k, v in conf.items() if k in S.LabConfig.__dataclass_fields__})
+    if cfg.embed_dim != S.LATENT_DIM:
+        raise CaptionerError(f"scenelab_anchor: {lab} has {cfg.embed_dim}-d embeddings; the anchor is the "
+                             f"{S.LATENT_DIM}-d latents")
+    torch.set_num_threads(1)
+    torch.manual_seed(cfg.seed)
+    t0 = time.time()
+    model, tc = load_kept(lab, "image-jepa")
+    enc = model.encoder
+    for m in enc.modules():                      # a fresh encoder of the same architecture
+        if hasattr(m, "reset_parameters") and m is not enc:
+            m.reset_parameters()
+    if getattr(enc.backbone, "log_sharp", None) is not None:
+        torch.nn.init.zeros_(enc.backbone.log_sharp)
+    scenes = S.sample_scenes(cfg.n_train, seed=cfg.seed)
+    size = tc.image.image_size
+    arr = S.render_array(scenes, cfg.n_renders, size, seed=cfg.seed)                  # (N, R, 3, H, W)
+    obs = S.observed_scenes(scenes, cfg.n_renders, seed=cfg.seed)
+    target = torch.tensor(np.stack([S.latent_features(o) for o in obs]), dtype=torch.float32)   # (N, R, 12)
+    aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
+    g = torch.Generator().manual_seed(cfg.seed)
+    opt = torch.optim.AdamW(enc.parameters(), lr=lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
+    enc.train()
+    bar = tqdm(range(steps), desc="anchor image encoder (supervised)", disable=not progress)
+    losses = []
+    for _ in bar:
+        i = torch.randint(0, len(scenes), (batch_size,), generator=g)
+        r = torch.randint(0, cfg.n_renders, (batch_size,), generator=g)
+        x = V.augment(arr[i, r].float() / 255.0, aug, g)
+        loss = ((enc(x) - target[i, r]) ** 2).mean()
+        if not torch.isfinite(loss):
+            raise CaptionerError("scenelab_anchor: the supervised loss is not finite; try a lower --lr")
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        sched.step()
+        losses.append(loss.item())
+        bar.set_postfix(loss=f"{losses[-1]:.4f}")
+    enc.eval()
+    test_scenes, ims, _ = S.test_pairs(cfg, size)
+    residual = S.procrustes_residual(S.embed_images(model, ims), S.latent_features(test_scenes))
+
+    out.mkdir(parents=True, exist_ok=True)
+    for kind in ("text-jepa", "ntp"):
+        (out / kind).mkdir(exist_ok=True)
+        shutil.copy(S.kept_run(lab, kind) / "checkpoint.pt", out / kind / "checkpoint.pt")
+    ck = load_checkpoint(S.kept_run(lab, "image-jepa") / "checkpoint.pt")
+    state = model.state_dict()
+    ck["model"].update({k: v for k, v in state.items() if k.startswith("encoder.")})
+    if isinstance(model.pred, torch.nn.Linear):
+        ck["model"]["pred.weight"] = (1 - S.CORRUPT) ** 2 * torch.eye(S.LATENT_DIM)
+        ck["model"]["pred.bias"] = torch.zeros(S.LATENT_DIM)
+    (out / "image-jepa").mkdir(exist_ok=True)
+    torch.save(ck, out / "image-jepa" / "checkpoint.pt")
+    res = {"lab": str(lab), "out": str(out), "steps": steps, "batch_size": batch_size, "lr": lr,
+           "final_loss": float(np.mean(losses[-max(1, steps // 10):])), "residual_vs_latents": residual,
+           "seconds": round(time.time() - t0, 1)}
+    atomic_write_json(out / "anchor.json", res)
+    return res
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
+    ap.add_argument("--out", required=True, help="the anchor folder to write (then `captioner scenelab --init-from` it)")
+    ap.add_argument("--steps", type=int, default=2000, help="supervised steps (default 2000)")
+    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
+    ap.add_argument("--quiet", action="store_true", help="no progress bar")
+    a = ap.parse_args(argv)
+    res = train_anchor(a.lab, a.out, steps=a.steps, lr=a.lr, progress=not a.quiet)
+    print(json.dumps(res, indent=2))
+    print(f"\n| anchor (supervised, labels) | steps | final training loss | residual vs latents (held out) |\n"
+          f"| --- | ---: | ---: | ---: |\n| {res['out']} | {res['steps']} | {res['final_loss']:.4f} | "
+          f"{res['residual_vs_latents']:.3f} |\n\nThen: captioner scenelab --init-from {res['out']} "
+          f"--image-steps 1600 --text-steps 1 --lr 1e-3 --out {res['out']}-sigreg")
+
+
+if __name__ == "__main__":
+    main()
