@@ -145,7 +145,7 @@ def scaling_cli(preset, out, force, as_json, quiet):
               help="score each JEPA on its K most view-predictable directions (fitted on its own two training "
                    "views, no cross-modal pair); default 12 when --embed-dim is wider, else the raw embedding; "
                    "0: never")
-@click.option("--n-train", type=int, default=None, help="training scenes (default 3000)")
+@click.option("--n-train", type=int, default=None, help="training scenes (default 12000)")
 @click.option("--n-test", type=int, default=None, help="held-out (render, caption) pairs (default 324: every scene)")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--out", type=click.Path(file_okay=False), default=None,
