@@ -126,7 +126,7 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
     if path.exists():
         return np.load(path)
     base = resolve_config("image-jepa", cfg.model_preset)
-    aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in lab.augment.items()})
+    aug = S.augment_config(lab)
     data = V.ImageViews(S.render_array(scenes, lab.n_renders, base.image.image_size, seed=cfg.world_seed), aug)
     lab_img = S.LabConfig(preset=cfg.model_preset, batch_size=cfg.image_batch, embed_dim=cfg.embed_dim,
                           seed=cfg.world_seed, objective={})   # the preset's objective, as the scaling runs were measured

@@ -1,7 +1,7 @@
 """Start a scene lab's image JEPA at the answer: is its residual the CNN's limit or the objective's pull?
 
     python -m eval.scenelab_anchor LAB --out ANCHOR [--steps 2000]
-    captioner scenelab --init-from ANCHOR --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
+    captioner scenelab --init-from ANCHOR --n-train N --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
 
 ``LAB`` is a finished ``captioner scenelab --out LAB`` folder. The first command trains a fresh image
 encoder of LAB's architecture *with labels* (diagnostic only: no lab result uses them), by least squares
@@ -37,15 +37,14 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     from captioner.paths import atomic_write_json
 
     lab, out = Path(lab), Path(out)
-    if not (lab / "scenelab.json").is_file():
+    cfg = S.lab_config(lab)
+    if cfg is None:
         raise CaptionerError(f"scenelab_anchor: {lab} is not a finished lab (no scenelab.json); "
                              f"run `captioner scenelab --out {lab}` first")
     if out.resolve() == lab.resolve():
         raise CaptionerError("scenelab_anchor: --out must be another folder than LAB")
     from eval.scenelab_diagnose import load_kept
 
-    conf = json.loads((lab / "scenelab.json").read_text())["config"]
-    cfg = S.LabConfig(**{k: v for k, v in conf.items() if k in S.LabConfig.__dataclass_fields__})
     if cfg.embed_dim != S.LATENT_DIM:
         raise CaptionerError(f"scenelab_anchor: {lab} has {cfg.embed_dim}-d embeddings; the anchor is the "
                              f"{S.LATENT_DIM}-d latents")
@@ -64,7 +63,7 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     arr = S.render_array(scenes, cfg.n_renders, size, seed=cfg.seed)                  # (N, R, 3, H, W)
     obs = S.observed_scenes(scenes, cfg.n_renders, seed=cfg.seed)
     target = torch.tensor(np.stack([S.latent_features(o) for o in obs]), dtype=torch.float32)   # (N, R, 12)
-    aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
+    aug = S.augment_config(cfg)
     g = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(enc.parameters(), lr=lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.05)
@@ -100,7 +99,7 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
         ck["model"]["pred.bias"] = torch.zeros(S.LATENT_DIM)
     (out / "image-jepa").mkdir(exist_ok=True)
     torch.save(ck, out / "image-jepa" / "checkpoint.pt")
-    res = {"lab": str(lab), "out": str(out), "steps": steps, "batch_size": batch_size, "lr": lr,
+    res = {"lab": str(lab), "out": str(out), "n_train": cfg.n_train, "steps": steps, "batch_size": batch_size, "lr": lr,
            "final_loss": float(np.mean(losses[-max(1, steps // 10):])), "residual_vs_latents": residual,
            "seconds": round(time.time() - t0, 1)}
     atomic_write_json(out / "anchor.json", res)
@@ -120,7 +119,7 @@ def main(argv=None) -> None:
     print(f"\n| anchor (supervised, labels) | steps | final training loss | residual vs latents (held out) |\n"
           f"| --- | ---: | ---: | ---: |\n| {res['out']} | {res['steps']} | {res['final_loss']:.4f} | "
           f"{res['residual_vs_latents']:.3f} |\n\nThen: captioner scenelab --init-from {res['out']} "
-          f"--image-steps 1600 --text-steps 1 --lr 1e-3 --out {res['out']}-sigreg")
+          f"--n-train {res['n_train']} --image-steps 1600 --text-steps 1 --lr 1e-3 --out {res['out']}-sigreg")
 
 
 if __name__ == "__main__":

@@ -98,6 +98,11 @@ def interaction_fractions(X: np.ndarray, scenes) -> dict:
         return float(((X - D @ W) ** 2).sum() / (X ** 2).sum()), np.linalg.matrix_rank(D)
 
     add, r_add = rest(list(oh.values()))
+
+    def chance(rank):
+        """What columns taking the design to ``rank`` would take from a structureless rest."""
+        return add * (rank - r_add) / max(1, len(X) - r_add)
+
     names = list(itertools.combinations(oh, 2))
     pairs = [(oh[a][:, :, None] * oh[b][:, None, :]).reshape(len(X), -1) for a, b in names]
     after, r_pairs = rest(list(oh.values()) + pairs)
@@ -105,9 +110,8 @@ def interaction_fractions(X: np.ndarray, scenes) -> dict:
     by_pair = {}
     for (a, b), P in zip(names, pairs):
         r, rk = rest(list(oh.values()) + [P])
-        by_pair[f"{a}x{b}"] = {"share": add - r, "chance": add * (rk - r_add) / max(1, len(X) - r_add)}
-    return {"non_additive": add, "after_pairs": after,
-            "pairs_chance": add * (r_pairs - r_add) / max(1, len(X) - r_add), "by_pair": by_pair}
+        by_pair[f"{a}x{b}"] = {"share": add - r, "chance": chance(rk)}
+    return {"non_additive": add, "after_pairs": after, "pairs_chance": chance(r_pairs), "by_pair": by_pair}
 
 
 def load_kept(lab: Path, kind: str):
@@ -141,8 +145,7 @@ def run(lab, views: int = 8) -> dict:
     torch.set_num_threads(1)
     lab = Path(lab)
     t0 = time.time()
-    conf = json.loads((lab / "scenelab.json").read_text())["config"] if (lab / "scenelab.json").is_file() else {}
-    cfg = S.LabConfig(**{k: v for k, v in conf.items() if k in S.LabConfig.__dataclass_fields__})
+    cfg = S.lab_config(lab) or S.LabConfig()
     img, icfg = load_kept(lab, "image-jepa")
     txt, tcfg = load_kept(lab, "text-jepa")
     size, max_len = icfg.image.image_size, tcfg.text.max_len
@@ -186,13 +189,12 @@ def table(res: dict) -> str:
     for key in ("image", "text"):
         it = res[key]["interactions"]
         lines.append(f"| {key} | {it['non_additive']:.3f} | {it['after_pairs']:.3f} | {it['pairs_chance']:.3f} |")
-    lines.append("\n| JEPA | " + " | ".join(k.replace("x", " x ") for k in res["image"]["interactions"]["by_pair"])
-                 + " |\n| --- |" + " ---: |" * len(res["image"]["interactions"]["by_pair"]))
-    for key in ("image", "text"):
-        bp = res[key]["interactions"]["by_pair"]
-        lines.append(f"| {key} | " + " | ".join(f"{v['share']:.3f}" for v in bp.values()) + " |")
-    chance = res["image"]["interactions"]["by_pair"]
-    lines.append("| (image, structureless rest) | " + " | ".join(f"{v['chance']:.3f}" for v in chance.values()) + " |")
+    pairs = {key: res[key]["interactions"]["by_pair"] for key in ("image", "text")}
+    lines.append("\n| JEPA | " + " | ".join(k.replace("x", " x ") for k in pairs["image"])
+                 + " |\n| --- |" + " ---: |" * len(pairs["image"]))
+    rows = [(key, bp, "share") for key, bp in pairs.items()] + [("(image, structureless rest)", pairs["image"], "chance")]
+    for name, bp, field in rows:
+        lines.append(f"| {name} | " + " | ".join(f"{v[field]:.3f}" for v in bp.values()) + " |")
     lines.append("\n(variance each pairwise interaction takes alone, beside the additive model; the last row is "
                  "what it would take from the image JEPA's rest if that rest had no structure)")
     lines.append(f"\n{res['n_test']} held-out scenes, held-out residuals (fitted on one half, scored on the other; "

@@ -359,8 +359,8 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
 
     m = load_jepa_encoder(tmp_path / "anchor" / "image-jepa" / "checkpoint.pt").model
     assert torch.allclose(m.pred.weight, 0.85 ** 2 * torch.eye(12))          # the theorem's linear predictor
-    ims = S.test_pairs(S.LabConfig(**small), 32)[1]
-    assert S.procrustes_residual(S.embed_images(m, ims), S.latent_features(S.test_pairs(S.LabConfig(**small), 32)[0])) \
+    test_scenes, ims, _ = S.test_pairs(S.LabConfig(**small), 32)
+    assert S.procrustes_residual(S.embed_images(m, ims), S.latent_features(test_scenes)) \
         == pytest.approx(a["residual_vs_latents"], abs=1e-9)                    # the checkpoint is the scored encoder
     res = S.run_lab(S.LabConfig(init_from=str(tmp_path / "anchor"), **{**small, "text_steps": 1}),
                     out=tmp_path / "from-anchor", progress=False)

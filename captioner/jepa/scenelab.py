@@ -237,6 +237,26 @@ class LabConfig:
                                                    "saturation": 0.0, "hue": False, "noise": 0.02})
 
 
+def lab_config(lab_dir) -> LabConfig | None:
+    """The LabConfig a finished lab in ``lab_dir`` ran with (its scenelab.json; fields that this release no
+    longer has are dropped), or None when the folder has no scenelab.json."""
+    import json
+    from pathlib import Path
+
+    p = Path(lab_dir) / "scenelab.json"
+    if not p.is_file():
+        return None
+    conf = json.loads(p.read_text())["config"]
+    return LabConfig(**{k: v for k, v in conf.items() if k in LabConfig.__dataclass_fields__})
+
+
+def augment_config(cfg: LabConfig):
+    """``cfg.augment`` (JSON-friendly lists) as the views' AugmentConfig (tuples)."""
+    from captioner.jepa.views import AugmentConfig
+
+    return AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
+
+
 def test_pairs(cfg: LabConfig, image_size: int):
     """Held-out pairs: a clean (uncorrupted) render and caption of each scene, with seeds apart from
     training's (``cfg.n_test`` below the number of scenes takes a seeded subset)."""
@@ -551,7 +571,7 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
     scenes = sample_scenes(cfg.n_train, seed=cfg.seed)
     corpus = V.ViewsCorpus("scenelab", [captions(sc, cfg.n_captions, seed=cfg.seed * 7919 + i)
                                         for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
-    aug = V.AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
+    aug = augment_config(cfg)
 
     base = resolve_config("image-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
     img_data = V.ImageViews(render_array(scenes, cfg.n_renders, base.image.image_size, seed=cfg.seed), aug)
