@@ -121,10 +121,10 @@ def _world(cfg: ScalingConfig):
     from captioner.jepa import scenelab as S
     from captioner.jepa.views import ViewsCorpus
 
+    lab = lab_config(cfg)    # its world: captions and renders per scene, augmentations, held-out pairs
     scenes = S.sample_scenes(cfg.n_train, seed=cfg.world_seed)
-    corpus = ViewsCorpus("scenelab", [S.captions(sc, 6, seed=cfg.world_seed * 7919 + i) for i, sc in enumerate(scenes)],
-                         [sc.key() for sc in scenes])
-    lab = S.LabConfig(n_test=cfg.n_test, seed=cfg.world_seed)
+    corpus = ViewsCorpus("scenelab", [S.captions(sc, lab.n_captions, seed=cfg.world_seed * 7919 + i)
+                                      for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
     return scenes, corpus, lab
 
 
