@@ -7,8 +7,13 @@ captions, and measure mutual k-NN against the image JEPA's embeddings of the mat
 .. math:: a(n) = a_\\infty - b \\, n^{-c}
 
 (scipy ``curve_fit``) on the smaller n, predict the largest n, and compare the error with the seed
-spread there; invert the full fits to get the sample ratio NTP / JEPA at equal alignment (the paper
-reports ~42x on real data). Every run's result is a small JSON file under ``out/runs``; a second call
+spread there. The same for a logistic in log n between chance and the world's ceiling (the score of a
+perfect representation), both fixed before any run:
+
+.. math:: a(n) = lo + (hi - lo) / (1 + (n_{50} / n)^c)
+
+which follows the slow start that the power law, with no floor, cannot. Invert the full fits to get the
+sample ratio NTP / JEPA at equal alignment (the paper reports ~42x on real data). Every run's result is a small JSON file under ``out/runs``; a second call
 skips runs already done, and a run killed half way resumes from its checkpoint.
 """
 from __future__ import annotations
@@ -58,8 +63,10 @@ PRESETS = {
                            extra_ns={"ntp": [1024]}, n_train=200,
                            n_test=60, image_steps=20, image_batch=32, k=5),
     # the scene lab's own training, from 100 to 3200 steps of batch 64 (the lab's text budget) on its
-    # 12,000 scenes, both methods at the same budgets. About 35 minutes on 2 cores with --workers 2
+    # 12,000 scenes, both methods at the same budgets, NTP also at 4x its largest (to 12,800 steps, where
+    # a ratio bound above the paper's 42x becomes possible). About an hour on 2 cores with --workers 2
     "lab": ScalingConfig(name="lab", lab=True, ns=[6400, 12800, 25600, 51200, 102400, 204800],
+                         extra_ns={"ntp": [409600, 819200]},
                          batch_size=64, n_train=12000, image_steps=4800, image_batch=64),
     # machinery tests of the lab mode (seconds)
     "quick-lab": ScalingConfig(name="quick-lab", lab=True, ns=[64, 128, 256], seeds=[0, 1], batch_size=16,
@@ -106,6 +113,58 @@ def fit_power_law(ns, ys, sigma=None, a_max: float = 1.0) -> dict:
                               maxfev=20000)
     rmse = float(np.sqrt(np.mean((power_law(x, a, bs, c) - ys) ** 2)))
     return {"a_inf": float(a), "b": float(bs * n0 ** c), "c": float(c), "rmse": rmse}
+
+
+def logistic_law(n, n50, c, lo, hi):
+    """a(n) = lo + (hi - lo) / (1 + (n50 / n)^c): a logistic in log n from ``lo`` (few samples) to ``hi``
+    (many), half way at ``n50``, with slope ``c`` in log n."""
+    x = np.log(np.asarray(n, np.float64)) - math.log(n50)
+    return lo + (hi - lo) / (1.0 + np.exp(-c * x))
+
+
+def fit_logistic_law(ns, ys, lo: float, hi: float, sigma=None) -> dict:
+    """Least-squares fit of ``logistic_law`` with its floor ``lo`` and ceiling ``hi`` given, not fitted:
+    two free parameters, n50 and c (scipy.optimize.curve_fit, bounded: n50 within e^10 of the measured
+    range, 0.05 <= c <= 10).
+
+    The floor and ceiling are what the world fixes before any run: chance mutual k-NN (an encoder that
+    knows nothing) and the score of a perfect representation (``scenelab.mutual_knn_ceiling``). Between
+    them the curve starts slowly, rises and flattens under the ceiling: the S in log n that the saturating
+    power law (``power_law``, no floor) cannot follow.
+
+    Returns dict(n50, c, lo, hi, rmse); raises ValueError with fewer than 2 distinct n or lo >= hi.
+    """
+    from scipy.optimize import curve_fit
+
+    ns = np.asarray(ns, np.float64)
+    ys = np.asarray(ys, np.float64)
+    if len(np.unique(ns)) < 2:
+        raise ValueError(f"need >= 2 distinct sample counts to fit 2 parameters, got {sorted(set(ns.tolist()))}")
+    if not lo < hi:
+        raise ValueError(f"the law's floor ({lo}) must be below its ceiling ({hi})")
+    ln = np.log(ns)
+
+    def f(ln_n, l50, c):
+        return lo + (hi - lo) / (1.0 + np.exp(-c * (ln_n - l50)))
+
+    # start where the measured points cross half way (or the middle of the range)
+    half = lo + 0.5 * (hi - lo)
+    l0 = float(ln[np.argmin(np.abs(ys - half))]) if ys.max() > half > ys.min() else float(np.median(ln))
+    (l50, c), _ = curve_fit(f, ln, ys, p0=(l0, 1.0), sigma=sigma, maxfev=20000,
+                            bounds=([ln.min() - 10.0, 0.05], [ln.max() + 10.0, 10.0]))
+    rmse = float(np.sqrt(np.mean((f(ln, l50, c) - ys) ** 2)))
+    return {"n50": float(math.exp(l50)), "c": float(c), "lo": float(lo), "hi": float(hi), "rmse": rmse}
+
+
+def samples_for_logistic(alignment: float, fit: dict) -> float:
+    """Inverse of ``logistic_law``: the n at which ``fit`` reaches ``alignment`` (0 at or below its floor,
+    inf at or above its ceiling)."""
+    lo, hi = fit["lo"], fit["hi"]
+    if alignment <= lo:
+        return 0.0
+    if alignment >= hi:
+        return math.inf
+    return float(fit["n50"] * ((alignment - lo) / (hi - alignment)) ** (1.0 / fit["c"]))
 
 
 def samples_for(alignment: float, fit: dict) -> float:
@@ -163,6 +222,21 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
 
 
 # ------------------------------------------------------------------------------------------- workers
+# which runs a config plans (sample counts, seeds) does not change how any one run is trained: a folder's
+# runs serve every config that differs from its own in these only
+_PLAN_FIELDS = ("ns", "extra_ns", "seeds")
+
+
+def compatible(old: dict, new: dict) -> bool:
+    """True when the runs in a folder written under config ``old`` are valid runs of config ``new``: the
+    two agree on everything but the plan (``_PLAN_FIELDS``), so a run (method, n, seed) is trained and
+    measured the same way under both. Adding sample counts or seeds to a preset then reuses every run
+    done."""
+    def strip(d):
+        return {k: v for k, v in d.items() if k not in _PLAN_FIELDS}
+    return strip(old) == strip(new)
+
+
 def _alive(pid: int) -> bool:
     import os
 
@@ -251,9 +325,29 @@ def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_cap
     return res
 
 
-def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
-    """Fits, held-out predictions, seed spreads and the NTP / JEPA sample ratio from the run results."""
+def _holdout(fit, law, xs, ys, by_n) -> dict:
+    """Fit on every n but the largest with ``fit(xs, ys)``, predict the largest with ``law(n, **params)``
+    and set the error beside the seed spread there."""
+    n_max = max(xs)
+    small = [(x, y) for x, y in zip(xs, ys) if x < n_max]
+    f = fit([x for x, _ in small], [y for _, y in small])
+    pred = float(law(n_max, f))
+    meas = by_n[n_max]
+    spread = float(np.std(meas, ddof=1)) if len(meas) > 1 else float("nan")
+    err = abs(pred - float(np.mean(meas)))
+    return {"fit_on": sorted({x for x, _ in small}), "n": n_max, "fit": f, "predicted": pred,
+            "measured": float(np.mean(meas)), "abs_error": err, "seed_std": spread,
+            "error_over_std": err / spread if spread > 0 else None}
+
+
+def analyse(cfg: ScalingConfig, runs: list[dict], ceiling: float | None = None) -> dict:
+    """Fits, held-out predictions, seed spreads and the NTP / JEPA sample ratio from the run results.
+
+    Two laws per method: the saturating power law (``fit_all`` / ``holdout``) and, when the world's
+    mutual k-NN ``ceiling`` is given, the logistic in log n from chance to that ceiling (``logistic``:
+    its own ``fit_all`` / ``holdout``)."""
     out: dict = {"methods": {}}
+    chance = cfg.k / (cfg.n_test - 1)
     for m in cfg.methods:
         rs = [r for r in runs if r["method"] == m]
         ns = sorted({r["n"] for r in rs})
@@ -267,19 +361,25 @@ def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
             entry["fit_all"] = fit_power_law(xs, ys)
         except (ValueError, RuntimeError) as e:
             entry["fit_all"] = {"error": str(e)}
-        n_max = ns[-1] if ns else None
-        small = [(x, y) for x, y in zip(xs, ys) if x < n_max] if ns else []
         try:
-            f = fit_power_law([x for x, _ in small], [y for _, y in small])
-            pred = float(power_law(n_max, f["a_inf"], f["b"], f["c"]))
-            meas = by_n[n_max]
-            spread = float(np.std(meas, ddof=1)) if len(meas) > 1 else float("nan")
-            entry["holdout"] = {"fit_on": sorted({x for x, _ in small}), "n": n_max, "fit": f,
-                                "predicted": pred, "measured": float(np.mean(meas)),
-                                "abs_error": abs(pred - float(np.mean(meas))), "seed_std": spread,
-                                "error_over_std": abs(pred - float(np.mean(meas))) / spread if spread > 0 else None}
+            entry["holdout"] = _holdout(fit_power_law, lambda n, f: power_law(n, f["a_inf"], f["b"], f["c"]),
+                                        xs, ys, by_n)
         except (ValueError, RuntimeError) as e:
             entry["holdout"] = {"error": str(e)}
+        if ceiling is not None:
+            def fit(a, b):
+                return fit_logistic_law(a, b, chance, ceiling)
+
+            def law(n, f):
+                return logistic_law(n, f["n50"], f["c"], f["lo"], f["hi"])
+
+            lg: dict = {}
+            for key, make in (("fit_all", lambda: fit(xs, ys)), ("holdout", lambda: _holdout(fit, law, xs, ys, by_n))):
+                try:
+                    lg[key] = make()
+                except (ValueError, RuntimeError) as e:
+                    lg[key] = {"error": str(e)}
+            entry["logistic"] = lg
         out["methods"][m] = entry
     good, bad = "text-jepa", "ntp"
     if good in out["methods"] and bad in out["methods"]:
@@ -301,6 +401,12 @@ def analyse(cfg: ScalingConfig, runs: list[dict]) -> dict:
                             "ratio_ntp_over_jepa": ratio, "ntp_learned": ntp_learned,
                             "jepa_extrapolated": bool(n_good < n_min),
                             "ntp_a_inf": fb["a_inf"], "jepa_a_inf": fg["a_inf"]}
+            lg = out["methods"][good].get("logistic", {}).get("fit_all", {})
+            if "n50" in lg:     # the same ratio through the JEPA's logistic law
+                nl = samples_for_logistic(target, lg)
+                out["ratio"]["logistic"] = {
+                    "n_jepa": nl, "jepa_extrapolated": bool(nl < n_min),
+                    "ratio_ntp_over_jepa": n_bad / nl if ntp_learned and 0 < nl < math.inf else None}
             # the other way round too: samples NTP's fitted law needs for JEPA's best alignment
             tg = out["methods"][good]["points"][-1]
             nb = samples_for(tg["mean"], fb)
@@ -331,8 +437,8 @@ def ratio_bound(good: list[dict], bad: list[dict]) -> dict | None:
 
 
 def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Path:
-    """alignment vs samples seen (log x): seeds as dots, means, the fit on the smaller n (dashed past it)
-    and the held-out prediction (open marker)."""
+    """alignment vs samples seen (log x): seeds as dots, means, each law fitted on the smaller n (power
+    law dashed, logistic solid) and its held-out prediction (open circle / square)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -340,6 +446,7 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
     import matplotlib.ticker
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
+    ceiling = None
     colours = {"text-jepa": "tab:blue", "ntp": "tab:red"}
     labels = {"text-jepa": "text JEPA (good views)", "ntp": "next-token LM (bad views)"}
     for m, entry in analysis["methods"].items():
@@ -350,13 +457,25 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
         pts = entry["points"]
         ax.errorbar([p["n"] for p in pts], [p["mean"] for p in pts], yerr=[p["std"] for p in pts], fmt="o",
                     color=col, label=labels.get(m, m), capsize=3)
+        grid = np.geomspace(min(xs), max(xs) * 2, 100)
         h = entry.get("holdout", {})
         if "fit" in h:
             f = h["fit"]
-            grid = np.geomspace(min(xs), max(xs) * 2, 100)
             ax.plot(grid, power_law(grid, f["a_inf"], f["b"], f["c"]), "--", color=col, lw=1)
             ax.scatter([h["n"]], [h["predicted"]], s=80, facecolors="none", edgecolors=col, zorder=5)
+        h = entry.get("logistic", {}).get("holdout", {})
+        if "fit" in h:
+            f = h["fit"]
+            ceiling = f["hi"]
+            ax.plot(grid, logistic_law(grid, f["n50"], f["c"], f["lo"], f["hi"]), "-", color=col, lw=1, alpha=0.7)
+            ax.scatter([h["n"]], [h["predicted"]], s=80, marker="s", facecolors="none", edgecolors=col, zorder=5)
     ax.axhline(cfg.k / (cfg.n_test - 1), color="grey", lw=0.8, ls=":", label="chance")
+    if ceiling is not None:
+        ax.axhline(ceiling, color="grey", lw=0.8, ls="-.", label="ceiling (perfect representation)")
+    # legend entries for the two laws (fitted without the largest n; open markers: their predictions)
+    ax.plot([], [], "k--", lw=1, label="power law, largest n held out (o: its prediction)")
+    if ceiling is not None:
+        ax.plot([], [], "k-", lw=1, alpha=0.7, label="logistic law, largest n held out (\u25a1: its prediction)")
     ax.set_xscale("log")
     ticks = sorted({r["n"] for r in runs})
     ax.set_xticks(ticks, [str(t) for t in ticks])
@@ -364,7 +483,7 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
     ax.set_xlabel("training samples seen")
     ax.set_ylabel(f"mutual {cfg.k}-NN with the image JEPA")
     ax.set_title(f"scene lab alignment scaling ({cfg.name})")
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 0.1))
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
@@ -406,7 +525,7 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
     cfg_path = out / "config.json"
     if cfg_path.exists() and not force:
         old = json.loads(cfg_path.read_text())
-        if old != asdict(cfg):
+        if not compatible(old, asdict(cfg)):
             raise CaptionerError(f"{out} holds runs of another scaling config; pass --force or another --out")
     atomic_write_json(cfg_path, asdict(cfg))
     t0 = time.time()
@@ -494,10 +613,12 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
     runs = [done[t] for t in todo]
     if runs_only:
         return {"runs": runs}
-    analysis = analyse(cfg, runs)
+    # what a perfect representation scores on these held-out scenes: the logistic law's ceiling
+    ceiling = S.mutual_knn_ceiling(S.latent_features(test_scenes), cfg.k, seed=lab.seed)
+    analysis = analyse(cfg, runs, ceiling=ceiling)
     png = plot(cfg, runs, analysis, out / "scaling.png")
     res = {"config": asdict(cfg), "runs": runs, **analysis, "plot": str(png), "out": str(out),
-           "chance_mutual_knn": cfg.k / (cfg.n_test - 1), "seconds_this_call": round(time.time() - t0, 1)}
+           "chance_mutual_knn": cfg.k / (cfg.n_test - 1), "mutual_knn_ceiling": ceiling, "seconds_this_call": round(time.time() - t0, 1)}
     atomic_write_json(out / "results.json", res)
     (out / "results.md").write_text(format_table(res) + "\n")
     return res
@@ -523,18 +644,30 @@ def format_table(res: dict) -> str:
             p = [q for q in res["methods"][m]["points"] if q["n"] == n]
             cells.append(f"{p[0]['mean']:.3f} +- {p[0]['std']:.3f}" if p else "-")
         lines.append(f"| {n} | " + " | ".join(cells) + " |")
-    lines += ["", "| method | fit (all n): a_inf, b, c | held-out n | predicted | measured | abs error | seed std |",
-              "| --- | --- | ---: | ---: | ---: | ---: | ---: |"]
+    lines += ["", "| method | law | fit (all n) | held-out n | predicted | measured | abs error | seed std | error / std |",
+              "| --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |"]
     for m in methods:
         e = res["methods"][m]
-        fa = e.get("fit_all", {})
-        fit = (f"{fa['a_inf']:.3f}, {fa['b']:.3g}, {fa['c']:.3f}" if "a_inf" in fa else fa.get("error", "-"))
-        h = e.get("holdout", {})
-        if "predicted" in h:
-            lines.append(f"| {m} | {fit} | {h['n']} | {h['predicted']:.3f} | {h['measured']:.3f} | "
-                         f"{h['abs_error']:.3f} | {_f(h['seed_std'])} |")
-        else:
-            lines.append(f"| {m} | {fit} | - | - | - | - | - |")
+        laws = [("power", e.get("fit_all", {}), e.get("holdout", {}))]
+        if "logistic" in e:
+            laws.append(("logistic", e["logistic"].get("fit_all", {}), e["logistic"].get("holdout", {})))
+        for law, fa, h in laws:
+            if "a_inf" in fa:
+                fit = f"a_inf {fa['a_inf']:.3f}, b {fa['b']:.3g}, c {fa['c']:.3f}"
+            elif "n50" in fa:
+                fit = f"n50 {fa['n50']:.3g}, c {fa['c']:.3f}"
+            else:
+                fit = fa.get("error", "-")
+            if "predicted" in h:
+                lines.append(f"| {m} | {law} | {fit} | {h['n']} | {h['predicted']:.3f} | {h['measured']:.3f} | "
+                             f"{h['abs_error']:.3f} | {_f(h['seed_std'])} | {_f(h['error_over_std'], 1)} |")
+            else:
+                lines.append(f"| {m} | {law} | {fit} | - | - | - | - | - | - |")
+    lines += ["", "Laws: power a(n) = a_inf - b n^-c; logistic a(n) = lo + (hi - lo) / (1 + (n50 / n)^c) with lo = "
+              f"chance ({res['chance_mutual_knn']:.3f}) and hi = the ceiling "
+              + (f"({res['mutual_knn_ceiling']:.3f}, the latents vs a rotation of them + 1% noise)"
+                 if res.get("mutual_knn_ceiling") is not None else "(not given: no logistic fit)")
+              + " fixed, not fitted. Held out: each law fitted without the largest n, then asked for it."]
     r = res.get("ratio")
     if r:
         ratio = r["ratio_ntp_over_jepa"]
@@ -547,6 +680,11 @@ def format_table(res: dict) -> str:
                       f"reaches it at n={_f(r['n_jepa'], 0)}"
                       + (" (extrapolated below the smallest n)" if r["jepa_extrapolated"] else "")
                       + f" -> sample ratio NTP / JEPA = {_f(ratio, 1)}x."]
+            lr = r.get("logistic")
+            if lr:
+                lines.append(f"Through the JEPA's logistic law: n={_f(lr['n_jepa'], 0)}"
+                             + (" (extrapolated below the smallest n)" if lr["jepa_extrapolated"] else "")
+                             + f" -> sample ratio NTP / JEPA = {_f(lr['ratio_ntp_over_jepa'], 1)}x.")
         o = r["ntp_samples_for_jepa_best"]
         lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the NTP law "
                      + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else

@@ -6,6 +6,7 @@ import math
 import numpy as np
 import pytest
 
+from captioner.errors import CaptionerError
 from eval import scaling as SC
 
 
@@ -118,6 +119,24 @@ def test_quick_preset_end_to_end_and_resumable(tmp_path):
     # a second call trains nothing: every run's result is on disk
     again = SC.run_scaling("quick", out=tmp_path / "sc", progress=False)
     assert again["runs"] == res["runs"] and again["seconds_this_call"] < res["seconds_this_call"]
+    # a plan with NTP further out reuses every run done and trains only the new ones
+    before = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "sc" / "runs").glob("*.json")}
+    wider = SC.ScalingConfig(**{**SC.asdict(cfg), "extra_ns": {"ntp": [1024, 2048]}})
+    more = SC.run_scaling(wider, out=tmp_path / "sc", progress=False)
+    after = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "sc" / "runs").glob("*.json")}
+    assert set(after) - set(before) == {"ntp-n2048-s0.json", "ntp-n2048-s1.json"}
+    assert all(after[k] == v for k, v in before.items())
+    assert [r for r in more["runs"] if r["n"] != 2048] == res["runs"]
+    # ... but one that trains runs differently does not mix with them
+    with pytest.raises(CaptionerError, match="another scaling config"):
+        SC.run_scaling(SC.ScalingConfig(**{**SC.asdict(cfg), "lr": 1e-3}), out=tmp_path / "sc", progress=False)
+
+
+def test_configs_that_differ_only_in_their_plan_share_runs():
+    base = SC.asdict(SC.PRESETS["lab"])
+    assert SC.compatible(base, {**base, "extra_ns": {}, "ns": [6400], "seeds": [0, 1, 2, 3]})
+    for key, value in (("lr", 1e-3), ("n_train", 3000), ("image_steps", 300), ("batch_size", 32), ("lab", False)):
+        assert not SC.compatible(base, {**base, key: value}), key
 
 
 def test_claim_is_exclusive_and_stale_claims_are_taken_over(tmp_path):
@@ -167,3 +186,61 @@ def test_lab_mode_with_two_workers_reproduces_the_scene_lab(tmp_path):
     row = [r for r in lab["rows"] if r["views"] == "good" and r["vs"] == "image JEPA"][0]
     assert top["mutual_knn"] == pytest.approx(row["mutual_knn"], abs=1e-9)
     assert top["procrustes_residual"] == pytest.approx(row["procrustes_residual"], abs=1e-4)
+
+
+def test_logistic_law_fit_recovers_known_parameters_and_inverts():
+    ns = np.array([100, 200, 400, 800, 1600, 3200, 6400], float)
+    ys = SC.logistic_law(ns, 900.0, 1.3, 0.03, 0.85)
+    f = SC.fit_logistic_law(ns, ys, 0.03, 0.85)
+    assert f["n50"] == pytest.approx(900.0, rel=1e-5) and f["c"] == pytest.approx(1.3, abs=1e-5)
+    assert f["rmse"] < 1e-8 and (f["lo"], f["hi"]) == (0.03, 0.85)
+    # half way between floor and ceiling at n50; the inverse lands back on n
+    assert SC.logistic_law(900.0, 900.0, 1.3, 0.03, 0.85) == pytest.approx(0.44)
+    assert SC.samples_for_logistic(0.44, f) == pytest.approx(900.0, rel=1e-5)
+    assert SC.samples_for_logistic(float(SC.logistic_law(2500.0, 900.0, 1.3, 0.03, 0.85)), f) == pytest.approx(2500.0, rel=1e-4)
+    assert SC.samples_for_logistic(0.03, f) == 0.0 and SC.samples_for_logistic(0.85, f) == math.inf
+    with pytest.raises(ValueError, match=">= 2 distinct"):
+        SC.fit_logistic_law([10, 10], [0.1, 0.2], 0.03, 0.85)
+    with pytest.raises(ValueError, match="below its ceiling"):
+        SC.fit_logistic_law(ns, ys, 0.85, 0.03)
+
+
+def test_logistic_law_predicts_an_s_curve_the_power_law_cannot():
+    # an S in log n from chance to the ceiling, seed noise 0.004: fitted without its largest n, the
+    # logistic (floor and ceiling given) predicts it within the noise; the power law, with no floor,
+    # bends too early and misses by far more
+    cfg = SC.ScalingConfig(ns=[6400, 12800, 25600, 51200, 102400, 204800], seeds=[0, 1, 2], methods=["text-jepa"],
+                           n_test=324, k=10)
+    chance, ceiling = 10 / 323, 0.855
+    rng = np.random.default_rng(5)
+    runs = [{"method": "text-jepa", "n": n, "seed": s,
+             "mutual_knn": float(SC.logistic_law(n, 35000.0, 1.2, chance, ceiling) + rng.normal(0, 0.004))}
+            for n in cfg.ns for s in cfg.seeds]
+    a = SC.analyse(cfg, runs, ceiling=ceiling)
+    e = a["methods"]["text-jepa"]
+    lg = e["logistic"]
+    assert lg["fit_all"]["n50"] == pytest.approx(35000.0, rel=0.05) and lg["fit_all"]["c"] == pytest.approx(1.2, abs=0.1)
+    truth = float(SC.logistic_law(204800, 35000.0, 1.2, chance, ceiling))
+    assert lg["holdout"]["fit_on"] == cfg.ns[:-1] and lg["holdout"]["predicted"] == pytest.approx(truth, abs=0.01)
+    assert lg["holdout"]["abs_error"] < 0.015 < e["holdout"]["abs_error"]
+    t = SC.format_table({"config": SC.asdict(cfg), "chance_mutual_knn": chance, "mutual_knn_ceiling": ceiling,
+                         "plot": "-", **a})
+    assert "| text-jepa | logistic | n50 3." in t and "hi = the ceiling (0.855" in t
+    # no ceiling given: no logistic law
+    assert "logistic" not in SC.analyse(cfg, runs)["methods"]["text-jepa"]
+
+
+def test_logistic_ratio_when_ntp_learns(tmp_path):
+    # both methods logistic, NTP 40x slower (n50 40x larger): the ratio at NTP's best alignment, through
+    # the JEPA's logistic law, is 40x whatever alignment that is
+    cfg = SC.ScalingConfig(ns=[1000, 4000, 16000, 64000, 256000, 1024000], seeds=[0, 1, 2], n_test=324, k=10)
+    chance, ceiling = 10 / 323, 0.855
+    runs = [{"method": m, "n": n, "seed": s,
+             "mutual_knn": float(SC.logistic_law(n, n50, 1.0, chance, ceiling)) + 1e-4 * s}
+            for m, n50 in (("text-jepa", 4000.0), ("ntp", 160000.0)) for n in cfg.ns for s in cfg.seeds]
+    a = SC.analyse(cfg, runs, ceiling=ceiling)
+    r = a["ratio"]
+    assert r["ntp_learned"] and r["n_ntp"] == 1024000
+    assert r["logistic"]["ratio_ntp_over_jepa"] == pytest.approx(1024000 / (1024000 / 40), rel=0.01)
+    png = SC.plot(cfg, runs, a, tmp_path / "s.png")
+    assert png.stat().st_size > 5000
