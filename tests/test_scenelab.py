@@ -337,6 +337,10 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
 
     res12 = S.run_lab(S.LabConfig(**small), out=tmp_path / "lab", progress=False)
     assert "view_eigenvalues" not in res12
+    # the same lab again reuses its checkpoints (same figures); other training settings are refused
+    assert S.run_lab(S.LabConfig(**small), out=tmp_path / "lab", progress=False)["rows"] == res12["rows"]
+    with pytest.raises(CaptionerError, match=r"trained otherwise than asked \(lr: 0.004 \(checkpoint\) vs 0.001"):
+        S.run_lab(S.LabConfig(lr=1e-3, **small), out=tmp_path / "lab", progress=False)
     d = D.run(tmp_path / "lab", views=2)
     # the diagnosis's "rotation" is the lab's own residual against the latents, on the same embeddings
     assert d["image"]["rotation"] == pytest.approx(res12["rows"][0]["procrustes_residual"], abs=1e-9)
@@ -367,6 +371,17 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     assert res["rows"][0]["side"] == "image JEPA (two renders)"
     with pytest.raises(CaptionerError, match="not a finished lab"):
         A.train_anchor(tmp_path / "anchor", tmp_path / "x", steps=1, progress=False)
+
+
+def test_config_diff_names_training_settings_only():
+    saved = {"lr": 0.004, "steps": 10, "threads": 1, "device": "cpu", "params": 123,
+             "objective": {"reg": "sigreg", "reg_weight": 0.1}, "text": {"dims": (12, 24)}}
+    asked = {"lr": 0.004, "steps": 10, "threads": 2, "device": "auto",
+             "objective": {"reg": "sigreg", "reg_weight": 0.1}, "text": {"dims": [12, 24]}}
+    assert S.config_diff(saved, asked) == []          # runtime fields, bookkeeping, tuple vs list: no difference
+    asked["objective"]["reg"], asked["steps"] = "cov", 20
+    assert S.config_diff(saved, asked) == ["objective.reg: 'sigreg' (checkpoint) vs 'cov' (asked)",
+                                           "steps: 10 (checkpoint) vs 20 (asked)"]
 
 
 def test_diagnose_residuals_known_answers():
