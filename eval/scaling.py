@@ -64,9 +64,12 @@ PRESETS = {
                            n_test=60, image_steps=20, image_batch=32, k=5),
     # the scene lab's own training, from 100 to 3200 steps of batch 64 (the lab's text budget) on its
     # 12,000 scenes, both methods at the same budgets, NTP also at 4x its largest (to 12,800 steps, where
-    # a ratio bound above the paper's 42x becomes possible). About an hour on 2 cores with --workers 2
-    "lab": ScalingConfig(name="lab", lab=True, ns=[6400, 12800, 25600, 51200, 102400, 204800],
-                         extra_ns={"ntp": [409600, 819200]},
+    # a ratio bound above the paper's 42x becomes possible), read at its mean (the issue's baseline) and
+    # at its last token (same models); the JEPA also below 100 steps, where NTP's last token gets to. About
+    # 1.5 hours on 2 cores with --workers 2
+    "lab": ScalingConfig(name="lab", lab=True, methods=["text-jepa", "ntp", "ntp-last"],
+                         ns=[6400, 12800, 25600, 51200, 102400, 204800],
+                         extra_ns={"ntp": [409600, 819200], "ntp-last": [409600, 819200], "text-jepa": [1600, 3200]},
                          batch_size=64, n_train=12000, image_steps=4800, image_batch=64),
     # machinery tests of the lab mode (seconds)
     "quick-lab": ScalingConfig(name="quick-lab", lab=True, ns=[64, 128, 256], seeds=[0, 1], batch_size=16,
@@ -134,7 +137,9 @@ def fit_logistic_law(ns, ys, lo: float, hi: float, sigma=None) -> dict:
 
     Returns dict(n50, c, lo, hi, rmse); raises ValueError with fewer than 2 distinct n or lo >= hi.
     """
-    from scipy.optimize import curve_fit
+    import warnings
+
+    from scipy.optimize import OptimizeWarning, curve_fit
 
     ns = np.asarray(ns, np.float64)
     ys = np.asarray(ys, np.float64)
@@ -150,8 +155,10 @@ def fit_logistic_law(ns, ys, lo: float, hi: float, sigma=None) -> dict:
     # start where the measured points cross half way (or the middle of the range)
     half = lo + 0.5 * (hi - lo)
     l0 = float(ln[np.argmin(np.abs(ys - half))]) if ys.max() > half > ys.min() else float(np.median(ln))
-    (l50, c), _ = curve_fit(f, ln, ys, p0=(l0, 1.0), sigma=sigma, maxfev=20000,
-                            bounds=([ln.min() - 10.0, 0.05], [ln.max() + 10.0, 10.0]))
+    with warnings.catch_warnings():    # a flat curve leaves the covariance undefined: only the fit is used
+        warnings.simplefilter("ignore", OptimizeWarning)
+        (l50, c), _ = curve_fit(f, ln, ys, p0=(l0, 1.0), sigma=sigma, maxfev=20000,
+                                bounds=([ln.min() - 10.0, 0.05], [ln.max() + 10.0, 10.0]))
     rmse = float(np.sqrt(np.mean((f(ln, l50, c) - ys) ** 2)))
     return {"n50": float(math.exp(l50)), "c": float(c), "lo": float(lo), "hi": float(hi), "rmse": rmse}
 
@@ -222,9 +229,9 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
 
 
 # ------------------------------------------------------------------------------------------- workers
-# which runs a config plans (sample counts, seeds) does not change how any one run is trained: a folder's
+# which runs a config plans (methods, sample counts, seeds) does not change how any one run is trained: a folder's
 # runs serve every config that differs from its own in these only
-_PLAN_FIELDS = ("ns", "extra_ns", "seeds")
+_PLAN_FIELDS = ("methods", "ns", "extra_ns", "seeds")
 
 
 def compatible(old: dict, new: dict) -> bool:
@@ -289,38 +296,60 @@ def _worker(cfg_dict: dict, out: str, threads: int) -> None:
     run_scaling(ScalingConfig(**cfg_dict), out=out, progress=False, runs_only=True)
 
 
+# how each method's model is trained (its kind) and its text embedded: "ntp-last" is the next-token LM of
+# "ntp" (same training, same seed: the same model) read at its last token instead of its mean
+METHODS = {"text-jepa": ("text-jepa", "mean"), "ntp": ("ntp", "mean"), "ntp-last": ("ntp", "last")}
+
+
+def siblings(method: str) -> list[str]:
+    """The methods whose runs train the same model as ``method`` (one training serves them all)."""
+    return [m for m in METHODS if METHODS[m][0] == METHODS[method][0]]
+
+
 def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_caps, Y, out: Path,
-            progress: bool = False, data=None) -> dict:
+            progress: bool = False, data=None, also: tuple = ()) -> dict:
     """Train ``method`` on n samples (n / batch steps) with ``seed``; mutual k-NN of its held-out caption
     embeddings with the image side ``Y`` (an array, or a function returning it, called after training).
-    The checkpoint is deleted once measured; the result is kept."""
+    ``also``: sibling methods (``siblings``) measured on the same trained model; their results come
+    under ``"also"``. The checkpoint is deleted once measured; the result is kept."""
+    from captioner.errors import CaptionerError
     from captioner.jepa import scenelab as S
     from captioner.jepa import views as V
     from captioner.jepa.model import build_model
     from captioner.jepa.train import load_checkpoint, resolve_config, train
 
+    if method not in METHODS:
+        raise CaptionerError(f"unknown scaling method {method!r}; choose from {', '.join(METHODS)}")
+    kind, pool = METHODS[method]
     steps = max(1, n // cfg.batch_size)
-    tc = resolve_config(method, cfg.model_preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size,
+    tc = resolve_config(kind, cfg.model_preset, corpus="scenelab", steps=steps, batch_size=cfg.batch_size,
                         seed=seed, lr=cfg.lr, save_every=max(1, steps // 4), warmup=max(1, steps // 10),
                         text={"embed_dim": cfg.embed_dim})
     if data is None:
-        data = (V.TokenViews(corpus, tc.text.max_len, warn=False) if method == "text-jepa"
+        data = (V.TokenViews(corpus, tc.text.max_len, warn=False) if kind == "text-jepa"
                 else V.TokenDocuments(corpus, tc.text.max_len, seed=seed))
-    run_dir = out / "tmp" / f"{method}-n{n}-s{seed}"
+    # the run folder is named by the model, not the method: siblings resume one another's kill
+    run_dir = out / "tmp" / f"{kind}-n{n}-s{seed}"
     t0 = time.time()
     if cfg.lab:     # exactly as the scene lab trains its text side
-        model, tc, summary = S._train_and_load(method, lab_config(cfg), data, run_dir, progress, steps, seed)
+        model, tc, summary = S._train_and_load(kind, lab_config(cfg), data, run_dir, progress, steps, seed)
     else:
         summary = train(tc, run_dir, resume=True, data=data, progress=progress)
         ck = load_checkpoint(run_dir)
-        model = build_model(method, tc.text, obj=tc.objective)
+        model = build_model(kind, tc.text, obj=tc.objective)
         model.load_state_dict(ck["model"])
-    X = S.embed_texts(model, method, test_caps, tc.text.max_len)
     if callable(Y):     # the image side, trained (or awaited from another worker) once a run needs it
         Y = Y()
-    res = {"method": method, "n": int(n), "seed": int(seed), "steps": steps, "batch_size": cfg.batch_size,
-           "mutual_knn": S.mutual_knn(X, Y, cfg.k), "procrustes_residual": S.procrustes_residual(X, Y),
-           "last_loss": summary.get("last_loss"), "seconds": round(time.time() - t0, 2)}
+    seconds = round(time.time() - t0, 2)
+
+    def result(m):
+        X = S.embed_texts(model, kind, test_caps, tc.text.max_len, pool=METHODS[m][1])
+        return {"method": m, "n": int(n), "seed": int(seed), "steps": steps, "batch_size": cfg.batch_size,
+                "mutual_knn": S.mutual_knn(X, Y, cfg.k), "procrustes_residual": S.procrustes_residual(X, Y),
+                "last_loss": summary.get("last_loss"), "seconds": seconds}
+
+    res = result(method)
+    res["also"] = [result(m) for m in also if m != method and m in siblings(method)]
     shutil.rmtree(run_dir, ignore_errors=True)
     return res
 
@@ -381,37 +410,64 @@ def analyse(cfg: ScalingConfig, runs: list[dict], ceiling: float | None = None) 
                     lg[key] = {"error": str(e)}
             entry["logistic"] = lg
         out["methods"][m] = entry
-    good, bad = "text-jepa", "ntp"
-    if good in out["methods"] and bad in out["methods"]:
-        out["ratio_bound"] = ratio_bound(out["methods"][good]["points"], out["methods"][bad]["points"])
-        fg, fb = out["methods"][good].get("fit_all", {}), out["methods"][bad].get("fit_all", {})
-        pts_b = out["methods"][bad]["points"]
-        if "a_inf" in fg and "a_inf" in fb and pts_b:
-            best = max(pts_b, key=lambda p: p["mean"])   # the best alignment NTP reached, and where
-            target, n_bad = best["mean"], best["n"]
-            n_good = samples_for(target, fg)
-            n_min = out["methods"][good]["points"][0]["n"]
-            # NTP must have learned something for "equal alignment" to mean anything: its best point has to
-            # rise above its smallest-n point by more than twice the seed spread; else no finite ratio
-            first = pts_b[0]
-            noise = max([p["std"] for p in pts_b] + [1e-12])
-            ntp_learned = bool(best is not first and best["mean"] - first["mean"] > 2 * noise)
-            ratio = n_bad / n_good if n_good > 0 and math.isfinite(n_good) and ntp_learned else None
-            out["ratio"] = {"alignment": target, "n_ntp": n_bad, "n_jepa": n_good,
-                            "ratio_ntp_over_jepa": ratio, "ntp_learned": ntp_learned,
-                            "jepa_extrapolated": bool(n_good < n_min),
-                            "ntp_a_inf": fb["a_inf"], "jepa_a_inf": fg["a_inf"]}
-            lg = out["methods"][good].get("logistic", {}).get("fit_all", {})
-            if "n50" in lg:     # the same ratio through the JEPA's logistic law
-                nl = samples_for_logistic(target, lg)
-                out["ratio"]["logistic"] = {
-                    "n_jepa": nl, "jepa_extrapolated": bool(nl < n_min),
-                    "ratio_ntp_over_jepa": n_bad / nl if ntp_learned and 0 < nl < math.inf else None}
-            # the other way round too: samples NTP's fitted law needs for JEPA's best alignment
-            tg = out["methods"][good]["points"][-1]
-            nb = samples_for(tg["mean"], fb)
-            out["ratio"]["ntp_samples_for_jepa_best"] = {"alignment": tg["mean"], "n_jepa": tg["n"], "n_ntp": nb,
-                                                          "ratio": nb / tg["n"] if math.isfinite(nb) else None}
+    good = "text-jepa"
+    out["baselines"] = {}
+    for bad in ("ntp", "ntp-last"):
+        if good in out["methods"] and bad in out["methods"]:
+            out["baselines"][bad] = _ratios(out["methods"][good], out["methods"][bad])
+    if "ntp" in out["baselines"]:       # the issue's baseline (mean-pooled NTP), at the top level too
+        out.update(out["baselines"]["ntp"])
+    return out
+
+
+def interpolate_n(points: list[dict], alignment: float) -> float | None:
+    """The n at which the measured means first reach ``alignment``, interpolated linearly in log n
+    between the two points around it (no law); None outside the measured range."""
+    pts = sorted(points, key=lambda p: p["n"])
+    for p, q in zip(pts, pts[1:]):
+        if p["mean"] < alignment <= q["mean"]:
+            t = (alignment - p["mean"]) / (q["mean"] - p["mean"])
+            return float(math.exp(math.log(p["n"]) + t * (math.log(q["n"]) - math.log(p["n"]))))
+    if pts and pts[0]["mean"] == alignment:
+        return float(pts[0]["n"])
+    return None
+
+
+def _ratios(g: dict, b: dict) -> dict:
+    """The ratio bound and, where the baseline learned, the sample ratio at equal alignment, from the
+    JEPA's analysis entry ``g`` and the baseline's ``b`` (see ``analyse``)."""
+    out: dict = {"ratio_bound": ratio_bound(g["points"], b["points"])}
+    fg, fb = g.get("fit_all", {}), b.get("fit_all", {})
+    pts_b = b["points"]
+    if not ("a_inf" in fg and "a_inf" in fb and pts_b):
+        return out
+    best = max(pts_b, key=lambda p: p["mean"])   # the best alignment the baseline reached, and where
+    target, n_bad = best["mean"], best["n"]
+    n_good = samples_for(target, fg)
+    n_min = g["points"][0]["n"]
+    # the baseline must have learned something for "equal alignment" to mean anything: its best point
+    # has to rise above its smallest-n point by more than twice the seed spread; else no finite ratio
+    first = pts_b[0]
+    noise = max([p["std"] for p in pts_b] + [1e-12])
+    learned = bool(best is not first and best["mean"] - first["mean"] > 2 * noise)
+    ratio = n_bad / n_good if n_good > 0 and math.isfinite(n_good) and learned else None
+    r = {"alignment": target, "n_ntp": n_bad, "n_jepa": n_good, "ratio_ntp_over_jepa": ratio,
+         "ntp_learned": learned, "jepa_extrapolated": bool(n_good < n_min),
+         "ntp_a_inf": fb["a_inf"], "jepa_a_inf": fg["a_inf"]}
+    lg = g.get("logistic", {}).get("fit_all", {})
+    if "n50" in lg:     # the same ratio through the JEPA's logistic law
+        nl = samples_for_logistic(target, lg)
+        r["logistic"] = {"n_jepa": nl, "jepa_extrapolated": bool(nl < n_min),
+                         "ratio_ntp_over_jepa": n_bad / nl if learned and 0 < nl < math.inf else None}
+    # and with no law: where the JEPA's measured means cross the target
+    ni = interpolate_n(g["points"], target)
+    r["interpolated"] = {"n_jepa": ni, "ratio_ntp_over_jepa": n_bad / ni if learned and ni else None}
+    # the other way round too: samples the baseline's fitted law needs for the JEPA's best alignment
+    tg = g["points"][-1]
+    nb = samples_for(tg["mean"], fb)
+    r["ntp_samples_for_jepa_best"] = {"alignment": tg["mean"], "n_jepa": tg["n"], "n_ntp": nb,
+                                      "ratio": nb / tg["n"] if math.isfinite(nb) else None}
+    out["ratio"] = r
     return out
 
 
@@ -574,9 +630,10 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
 
     def source(m, s):
         # tokenised once per method (and per seed for the documents, whose sentence order is seeded)
-        key = (m, s if m == "ntp" else None)
+        kind = METHODS[m][0]
+        key = (kind, s if kind == "ntp" else None)
         if key not in sources:
-            sources[key] = (V.TokenViews(corpus, base.text.max_len, warn=False) if m == "text-jepa"
+            sources[key] = (V.TokenViews(corpus, base.text.max_len, warn=False) if kind == "text-jepa"
                             else V.TokenDocuments(corpus, base.text.max_len, seed=s))
         return sources[key]
 
@@ -588,14 +645,21 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
                 m, n, s = t
                 p = out / "runs" / f"{m}-n{n}-s{s}.json"
                 if not p.exists():
-                    c = p.with_suffix(".claim")
+                    # claimed per model, not per method: siblings share one training and its run folder
+                    c = out / "runs" / f"{METHODS[m][0]}-n{n}-s{s}.claim"
                     if not claim(c):
                         continue            # another worker's
                     try:
                         if not p.exists():
                             bar.set_postfix(run=f"{m} n={n} seed={s}")
-                            atomic_write_json(p, run_one(cfg, m, n, s, corpus, test_caps, image_side, out,
-                                                         data=source(m, s)))
+                            # planned siblings not yet measured are measured on this training too
+                            sib = tuple(x for x in siblings(m) if x != m and x in cfg.methods
+                                        and not (out / "runs" / f"{x}-n{n}-s{s}.json").exists())
+                            r = run_one(cfg, m, n, s, corpus, test_caps, image_side, out, data=source(m, s),
+                                        also=sib)
+                            for other in r.pop("also"):
+                                atomic_write_json(out / "runs" / f"{other['method']}-n{n}-s{s}.json", other)
+                            atomic_write_json(p, r)
                     finally:
                         c.unlink(missing_ok=True)
                     took = True
@@ -632,6 +696,42 @@ def _f(x, nd=3):
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "-" if x is None else str(x)
     return f"{x:.{nd}f}" if isinstance(x, float) else str(x)
+
+
+def _ratio_lines(method: str, r: dict | None, b: dict | None) -> list[str]:
+    """The equal-alignment ratio and the bound of one baseline (``method``: ntp or ntp-last), as text."""
+    name = {"ntp": "NTP", "ntp-last": "NTP (last token)"}.get(method, method)
+    lines: list[str] = []
+    if r:
+        lines.append("")
+        if not r.get("ntp_learned", True):
+            lines.append(f"{name}: its best alignment ({r['alignment']:.3f} at n={r['n_ntp']}) is not above its "
+                         "smallest-n point by more than twice the seed spread: it learned no measurable alignment "
+                         "in this range, so there is no equal-alignment sample ratio (a larger budget is needed).")
+        else:
+            lines.append(f"{name}: equal alignment {r['alignment']:.3f} (its best, reached at n={r['n_ntp']}): the JEPA "
+                         f"power law reaches it at n={_f(r['n_jepa'], 0)}"
+                         + (" (extrapolated below the smallest n)" if r["jepa_extrapolated"] else "")
+                         + f" -> sample ratio {name} / JEPA = {_f(r['ratio_ntp_over_jepa'], 1)}x.")
+            lr = r.get("logistic")
+            if lr:
+                lines.append(f"Through the JEPA's logistic law: n={_f(lr['n_jepa'], 0)}"
+                             + (" (extrapolated below the smallest n)" if lr["jepa_extrapolated"] else "")
+                             + f" -> sample ratio {name} / JEPA = {_f(lr['ratio_ntp_over_jepa'], 1)}x.")
+            li = r.get("interpolated")
+            if li:
+                lines.append("Interpolated between the JEPA's measured points (no law): "
+                             + (f"n={li['n_jepa']:.0f} -> sample ratio {name} / JEPA = {li['ratio_ntp_over_jepa']:.1f}x."
+                                if li["n_jepa"] else "outside the JEPA's measured range."))
+        o = r["ntp_samples_for_jepa_best"]
+        lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the {name} power law "
+                     + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else
+                        f"never reaches it (a_inf = {r['ntp_a_inf']:.3f})."))
+    if b:
+        lines.append(f"Bound from the measured points (no fit): the JEPA clears {b['level']:.3f} ({name}'s best + 2 x "
+                     f"the largest seed std) at n={b['n_jepa']} ({b['jepa_mean']:.3f}); {name} stays below it up to "
+                     f"n={b['n_ntp_max']} -> sample ratio {name} / JEPA > {b['ratio_greater_than']:.0f}x there.")
+    return lines
 
 
 def format_table(res: dict) -> str:
@@ -672,31 +772,7 @@ def format_table(res: dict) -> str:
               + (f"({res['mutual_knn_ceiling']:.3f}, the latents vs a rotation of them + 1% noise)"
                  if res.get("mutual_knn_ceiling") is not None else "(not given: no logistic fit)")
               + " fixed, not fitted. Held out: each law fitted without the largest n, then asked for it."]
-    r = res.get("ratio")
-    if r:
-        ratio = r["ratio_ntp_over_jepa"]
-        if not r.get("ntp_learned", True):
-            lines += ["", f"NTP's best alignment ({r['alignment']:.3f} at n={r['n_ntp']}) is not above its smallest-n "
-                      "point by more than twice the seed spread: NTP learned no measurable alignment in this range, "
-                      "so there is no equal-alignment sample ratio (a larger budget is needed)."]
-        else:
-            lines += ["", f"Equal alignment {r['alignment']:.3f} (NTP's best, reached at n={r['n_ntp']}): the JEPA law "
-                      f"reaches it at n={_f(r['n_jepa'], 0)}"
-                      + (" (extrapolated below the smallest n)" if r["jepa_extrapolated"] else "")
-                      + f" -> sample ratio NTP / JEPA = {_f(ratio, 1)}x."]
-            lr = r.get("logistic")
-            if lr:
-                lines.append(f"Through the JEPA's logistic law: n={_f(lr['n_jepa'], 0)}"
-                             + (" (extrapolated below the smallest n)" if lr["jepa_extrapolated"] else "")
-                             + f" -> sample ratio NTP / JEPA = {_f(lr['ratio_ntp_over_jepa'], 1)}x.")
-        o = r["ntp_samples_for_jepa_best"]
-        lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the NTP law "
-                     + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else
-                        f"never reaches it (a_inf = {r['ntp_a_inf']:.3f})."))
-    b = res.get("ratio_bound")
-    if b:
-        lines.append(f"Bound from the measured points (no fit): the JEPA clears {b['level']:.3f} (NTP's best + 2 x the "
-                     f"largest seed std) at n={b['n_jepa']} ({b['jepa_mean']:.3f}); NTP stays below it up to "
-                     f"n={b['n_ntp_max']} -> sample ratio NTP / JEPA > {b['ratio_greater_than']:.0f}x there.")
+    for name, base in (res.get("baselines") or {"ntp": res}).items():
+        lines += _ratio_lines(name, base.get("ratio"), base.get("ratio_bound"))
     lines.append(f"\nPlot: {res.get('plot', '-')}")
     return "\n".join(lines)

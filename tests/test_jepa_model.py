@@ -132,6 +132,27 @@ def test_padding_does_not_change_text_embeddings():
         torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-5)
 
 
+def test_ntp_last_token_pooling_is_the_state_at_the_last_real_token():
+    text = M.TextConfig(dim=32, layers=2, heads=2, max_len=16)
+    m = M.NextTokenLM(text).eval()
+    ids = torch.randint(1000, 2000, (2, 9))
+    mask = torch.ones(2, 9, dtype=torch.bool)
+    mask[1, 5:] = False                                  # the second text has 5 real tokens
+    with torch.no_grad():
+        h = m.backbone(ids, mask)
+        last = m.embed(ids, mask, pool="last")
+        alone = m.embed(ids[1:, :5], mask[1:, :5], pool="last")
+        causal_prefix = m.embed(ids[:1, :5], mask[:1, :5], pool="last")
+    torch.testing.assert_close(last[0], h[0, 8])
+    torch.testing.assert_close(last[1], h[1, 4])
+    torch.testing.assert_close(last[1:], alone, atol=1e-5, rtol=1e-5)           # padding does not matter
+    # causal: the state at token 5 of the first text has not seen tokens 6-9, so it is its prefix's last
+    torch.testing.assert_close(causal_prefix[0], h[0, 4], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(m.embed(ids, mask), m.embed(ids, mask, pool="mean"))
+    with pytest.raises(ValueError, match="unknown NTP pooling 'max'"):
+        m.embed(ids, mask, pool="max")
+
+
 def test_ntp_restricted_vocab_equals_full_softmax_over_that_vocab():
     text = M.TextConfig(dim=16, layers=1, heads=2, max_len=8, vocab_size=50)
     m = M.NextTokenLM(text)

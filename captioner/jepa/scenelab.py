@@ -437,8 +437,9 @@ def lookup_optimum(reg: str = "vicreg", reg_weight: float = 0.1, steps: int = 20
     return table.detach().numpy().astype(np.float32)
 
 
-def embed_texts(model, kind: str, texts: list[str], max_len: int, batch: int = 256) -> np.ndarray:
-    """(N, D) float32 embeddings of ``texts`` by a trained TextJEPA / NextTokenLM (eval mode, CPU)."""
+def embed_texts(model, kind: str, texts: list[str], max_len: int, batch: int = 256, pool: str = "mean") -> np.ndarray:
+    """(N, D) float32 embeddings of ``texts`` by a trained TextJEPA / NextTokenLM (eval mode, CPU);
+    ``pool``: the NextTokenLM's pooling (``NextTokenLM.embed``)."""
     import torch
 
     from captioner.jepa.views import pad, tokenize
@@ -449,7 +450,8 @@ def embed_texts(model, kind: str, texts: list[str], max_len: int, batch: int = 2
     with torch.no_grad():
         for i in range(0, len(ids), batch):
             x, m = pad(ids[i: i + batch])
-            out.append(model.embed(x, m).float().numpy())
+            e = model.embed(x, m, pool=pool) if kind == "ntp" else model.embed(x, m)
+            out.append(e.float().numpy())
     return np.concatenate(out).astype(np.float32)
 
 
