@@ -503,12 +503,15 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
 
     fig, ax = plt.subplots(figsize=(6.4, 4.2), dpi=120)
     ceiling = None
-    colours = {"text-jepa": "tab:blue", "ntp": "tab:red"}
-    labels = {"text-jepa": "text JEPA (good views)", "ntp": "next-token LM (bad views)"}
+    colours = {"text-jepa": "tab:blue", "ntp": "tab:red", "ntp-last": "tab:orange"}
+    labels = {"text-jepa": "text JEPA (good views)", "ntp": "next-token LM (bad views), mean",
+              "ntp-last": "next-token LM (bad views), last token"}
     for m, entry in analysis["methods"].items():
         col = colours.get(m, "k")
         xs = [r["n"] for r in runs if r["method"] == m]
         ys = [r["mutual_knn"] for r in runs if r["method"] == m]
+        if not xs:
+            continue
         ax.scatter(xs, ys, s=10, color=col, alpha=0.4)
         pts = entry["points"]
         ax.errorbar([p["n"] for p in pts], [p["mean"] for p in pts], yerr=[p["std"] for p in pts], fmt="o",
@@ -538,7 +541,7 @@ def plot(cfg: ScalingConfig, runs: list[dict], analysis: dict, path: Path) -> Pa
         ax.plot([], [], "k-", lw=1, alpha=0.7, label="logistic law, largest n held out (\u25a1: its prediction)")
     ax.set_xscale("log")
     ticks = sorted({r["n"] for r in runs})
-    ax.set_xticks(ticks, [str(t) for t in ticks])
+    ax.set_xticks(ticks, [f"{t / 1000:g}k" if t >= 10_000 else str(t) for t in ticks], fontsize=8)
     ax.xaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax.set_xlabel("training samples seen")
     ax.set_ylabel(f"mutual {cfg.k}-NN with the image JEPA")
@@ -725,7 +728,7 @@ def _ratio_lines(method: str, r: dict | None, b: dict | None) -> list[str]:
                                 if li["n_jepa"] else "outside the JEPA's measured range."))
         o = r["ntp_samples_for_jepa_best"]
         lines.append(f"JEPA's best {o['alignment']:.3f} at n={o['n_jepa']}: the {name} power law "
-                     + (f"needs n={o['n_ntp']:.0f} ({o['ratio']:.1f}x)." if o["ratio"] else
+                     + (f"needs n={o['n_ntp']:.3g} ({o['ratio']:.3g}x)." if o["ratio"] else
                         f"never reaches it (a_inf = {r['ntp_a_inf']:.3f})."))
     if b:
         lines.append(f"Bound from the measured points (no fit): the JEPA clears {b['level']:.3f} ({name}'s best + 2 x "
