@@ -327,7 +327,9 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
 
     small = dict(n_train=48, n_test=40, image_steps=3, text_steps=3, batch_size=8)
     res = S.run_lab(S.LabConfig(embed_dim=16, restarts=2, **small), out=tmp_path / "wide", progress=False)
-    assert [r["side"] for r in res["rows"]][0] == "image JEPA (two renders)" and len(res["rows"]) == 4
+    assert [r["side"] for r in res["rows"]] == ["image JEPA (two renders)", "text JEPA (two paraphrases)",
+                                                "next-token LM (one document)", "next-token LM, last token",
+                                                "untrained text encoder"]
     assert res["view_k"] == 12 and {k: len(v) for k, v in res["view_eigenvalues"].items()} == {"image": 16, "text": 16}
     assert all(np.all(np.diff(v) <= 1e-9) for v in res["view_eigenvalues"].values())
     assert len(res["restart_residuals"]["image-jepa"]) == 2

@@ -640,11 +640,14 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
     rows = [{"side": "image JEPA (two renders)", "views": "good", "vs": "latents",
              "mutual_knn": mutual_knn(Ximg, Z, cfg.k), "procrustes_residual": procrustes_residual(Ximg, Z)}]
     # the baselines have no good views to fit a view subspace on: scored raw
-    sides = [("text JEPA (two paraphrases)", "good", tj_model, proj.get("text")),
-             ("next-token LM (one document)", "bad", ntp_model, None),
-             ("untrained text encoder", "none", untrained, None)]
-    for name, views, m, p in sides:
-        Xt = project(p, embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, base.text.max_len))
+    # the next-token LM twice: at the mean of its final states, and at its last token (the closing [SEP],
+    # having read the whole caption), the same model
+    sides = [("text JEPA (two paraphrases)", "good", tj_model, proj.get("text"), "mean"),
+             ("next-token LM (one document)", "bad", ntp_model, None, "mean"),
+             ("next-token LM, last token", "bad", ntp_model, None, "last"),
+             ("untrained text encoder", "none", untrained, None, "mean")]
+    for name, views, m, p, pool in sides:
+        Xt = project(p, embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, base.text.max_len, pool=pool))
         rows.append({"side": name, "views": views, "vs": "image JEPA",
                      "mutual_knn": mutual_knn(Xt, Ximg, cfg.k), "procrustes_residual": procrustes_residual(Xt, Ximg),
                      "mutual_knn_latents": mutual_knn(Xt, Z, cfg.k),
