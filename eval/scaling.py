@@ -369,6 +369,17 @@ def _holdout(fit, law, xs, ys, by_n) -> dict:
             "error_over_std": err / spread if spread > 0 else None}
 
 
+def _fit_and_holdout(fit, law, xs, ys, by_n) -> dict:
+    """{"fit_all": ``fit`` on every point, "holdout": ``_holdout``}; a fit that fails gives {"error": ...}."""
+    res = {}
+    for key, make in (("fit_all", lambda: fit(xs, ys)), ("holdout", lambda: _holdout(fit, law, xs, ys, by_n))):
+        try:
+            res[key] = make()
+        except (ValueError, RuntimeError) as e:
+            res[key] = {"error": str(e)}
+    return res
+
+
 def analyse(cfg: ScalingConfig, runs: list[dict], ceiling: float | None = None) -> dict:
     """Fits, held-out predictions, seed spreads and the NTP / JEPA sample ratio from the run results.
 
@@ -386,29 +397,12 @@ def analyse(cfg: ScalingConfig, runs: list[dict], ceiling: float | None = None) 
         entry: dict = {"points": table}
         xs = [r["n"] for r in rs]
         ys = [r["mutual_knn"] for r in rs]
-        try:
-            entry["fit_all"] = fit_power_law(xs, ys)
-        except (ValueError, RuntimeError) as e:
-            entry["fit_all"] = {"error": str(e)}
-        try:
-            entry["holdout"] = _holdout(fit_power_law, lambda n, f: power_law(n, f["a_inf"], f["b"], f["c"]),
-                                        xs, ys, by_n)
-        except (ValueError, RuntimeError) as e:
-            entry["holdout"] = {"error": str(e)}
+        entry.update(_fit_and_holdout(fit_power_law, lambda n, f: power_law(n, f["a_inf"], f["b"], f["c"]),
+                                      xs, ys, by_n))
         if ceiling is not None:
-            def fit(a, b):
-                return fit_logistic_law(a, b, chance, ceiling)
-
-            def law(n, f):
-                return logistic_law(n, f["n50"], f["c"], f["lo"], f["hi"])
-
-            lg: dict = {}
-            for key, make in (("fit_all", lambda: fit(xs, ys)), ("holdout", lambda: _holdout(fit, law, xs, ys, by_n))):
-                try:
-                    lg[key] = make()
-                except (ValueError, RuntimeError) as e:
-                    lg[key] = {"error": str(e)}
-            entry["logistic"] = lg
+            entry["logistic"] = _fit_and_holdout(
+                lambda a, b: fit_logistic_law(a, b, chance, ceiling),
+                lambda n, f: logistic_law(n, f["n50"], f["c"], f["lo"], f["hi"]), xs, ys, by_n)
         out["methods"][m] = entry
     good = "text-jepa"
     out["baselines"] = {}
@@ -624,6 +618,9 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
         for pr in procs:
             pr.start()
 
+    def result_path(m, n, s):
+        return out / "runs" / f"{m}-n{n}-s{s}.json"
+
     order = {m: i for i, m in enumerate(cfg.methods)}
     todo = [(m, n, s) for m in cfg.methods for n in sorted({*cfg.ns, *cfg.extra_ns.get(m, [])}) for s in cfg.seeds]
     # largest first: the workers finish together
@@ -646,7 +643,7 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
             took = False
             for t in list(pending):
                 m, n, s = t
-                p = out / "runs" / f"{m}-n{n}-s{s}.json"
+                p = result_path(m, n, s)
                 if not p.exists():
                     # claimed per model, not per method: siblings share one training and its run folder
                     c = out / "runs" / f"{METHODS[m][0]}-n{n}-s{s}.claim"
@@ -657,11 +654,11 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
                             bar.set_postfix(run=f"{m} n={n} seed={s}")
                             # planned siblings not yet measured are measured on this training too
                             sib = tuple(x for x in siblings(m) if x != m and x in cfg.methods
-                                        and not (out / "runs" / f"{x}-n{n}-s{s}.json").exists())
+                                        and not result_path(x, n, s).exists())
                             r = run_one(cfg, m, n, s, corpus, test_caps, image_side, out, data=source(m, s),
                                         also=sib)
                             for other in r.pop("also"):
-                                atomic_write_json(out / "runs" / f"{other['method']}-n{n}-s{s}.json", other)
+                                atomic_write_json(result_path(other["method"], n, s), other)
                             atomic_write_json(p, r)
                     finally:
                         c.unlink(missing_ok=True)

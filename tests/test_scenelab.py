@@ -380,10 +380,12 @@ def test_config_diff_names_training_settings_only():
              "objective": {"reg": "sigreg", "reg_weight": 0.1}, "text": {"dims": (12, 24)}}
     asked = {"lr": 0.004, "steps": 10, "threads": 2, "device": "auto",
              "objective": {"reg": "sigreg", "reg_weight": 0.1}, "text": {"dims": [12, 24]}}
-    assert S.config_diff(saved, asked) == []          # runtime fields, bookkeeping, tuple vs list: no difference
+    from captioner.jepa.train import RUNTIME_FIELDS, config_diff
+
+    assert config_diff(saved, asked, ignore=RUNTIME_FIELDS) == []   # runtime fields, bookkeeping, tuple vs list
     asked["objective"]["reg"], asked["steps"] = "cov", 20
-    assert S.config_diff(saved, asked) == ["objective.reg: 'sigreg' (checkpoint) vs 'cov' (asked)",
-                                           "steps: 10 (checkpoint) vs 20 (asked)"]
+    assert config_diff(saved, asked, ignore=RUNTIME_FIELDS) == ["objective.reg: 'sigreg' (checkpoint) vs 'cov' (asked)",
+                                                                "steps: 10 (checkpoint) vs 20 (asked)"]
 
 
 def test_diagnose_residuals_known_answers():

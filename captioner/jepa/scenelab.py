@@ -479,7 +479,7 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
 
     from captioner.errors import CaptionerError
     from captioner.jepa.model import build_model
-    from captioner.jepa.train import load_checkpoint, resolve_config, train
+    from captioner.jepa.train import RUNTIME_FIELDS, config_diff, load_checkpoint, resolve_config, train
 
     lr = cfg.lr if kind == "image-jepa" or cfg.text_lr is None else cfg.text_lr
     objective = dict(cfg.objective) if kind == "image-jepa" else {**cfg.objective, **cfg.text_objective}
@@ -492,46 +492,20 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
         raise CaptionerError(f"scenelab --init-from {cfg.init_from}: that is this run's own folder; "
                              "choose another --out")
     ckpt = out / "checkpoint.pt"
-    if ckpt.exists():   # a finished run is reused, a killed one resumed: either only if trained as asked
-        diff = config_diff(load_checkpoint(ckpt)["config"], tc.to_dict())
+    ck = load_checkpoint(ckpt) if ckpt.exists() else None
+    if ck is not None:   # a finished run is reused, a killed one resumed: either only if trained as asked
+        diff = config_diff(ck["config"], tc.to_dict(), ignore=RUNTIME_FIELDS)
         if diff:
             raise CaptionerError(f"{out} holds a run trained otherwise than asked ({'; '.join(diff)}); pass "
                                  "another --out, or delete that folder to retrain it")
-    if not ckpt.exists() or load_checkpoint(ckpt)["step"] < steps:
+    if ck is None or ck["step"] < steps:
         summary = train(tc, out, resume=True, data=data, progress=progress)
+        ck = load_checkpoint(ckpt)
     else:
         summary = {"out": str(out), "reused": True}
-    ck = load_checkpoint(ckpt)
     model = build_model(kind, tc.text, tc.image, tc.objective)
     model.load_state_dict(ck["model"])
     return model, tc, summary
-
-
-# how a run is executed, not what it learns: free to differ between a checkpoint and the run reusing it
-_RUNTIME_FIELDS = ("threads", "device")
-
-
-def config_diff(saved: dict, asked: dict) -> list[str]:
-    """'field: checkpoint's vs asked' for every training setting (nested ones as ``a.b``) in which a
-    checkpoint's config differs from the one asked for, the runtime fields (``_RUNTIME_FIELDS``) aside."""
-    import json
-
-    a, b = json.loads(json.dumps(saved)), json.loads(json.dumps(asked))   # tuples and lists alike
-
-    def walk(x, y, prefix):
-        out = []
-        for k in sorted(set(x) | set(y)):
-            if not prefix and k in _RUNTIME_FIELDS:
-                continue
-            if k not in y:      # bookkeeping the trainer adds to its config (parameter counts, ...)
-                continue
-            if isinstance(x.get(k), dict) and isinstance(y[k], dict):
-                out += walk(x[k], y[k], f"{prefix}{k}.")
-            elif x.get(k) != y[k]:
-                out.append(f"{prefix}{k}: {x.get(k)!r} (checkpoint) vs {y[k]!r} (asked)")
-        return out
-
-    return walk(a, b, "")
 
 
 def kept_run(lab_dir, kind: str):

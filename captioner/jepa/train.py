@@ -201,18 +201,29 @@ def load_checkpoint(path: str | Path) -> dict:
     return ck
 
 
-def _signature_diff(a: dict, b: dict) -> list[str]:
-    """'field: checkpoint's vs asked' for each difference of two model_signature()s (sub-configs per field)."""
-    diff = []
-    for k in a:
-        if a[k] == b.get(k):
-            continue
-        if isinstance(a[k], dict) and isinstance(b.get(k), dict):
-            diff += [f"{k}.{kk}: {a[k][kk]!r} (checkpoint) vs {b[k].get(kk)!r} (asked)"
-                     for kk in a[k] if a[k][kk] != b[k].get(kk)]
-        else:
-            diff.append(f"{k}: {a[k]!r} (checkpoint) vs {b.get(k)!r} (asked)")
-    return diff
+# how a run is executed, not what it learns: free to differ between a checkpoint and the run reusing it
+RUNTIME_FIELDS = ("threads", "device")
+
+
+def config_diff(saved: dict, asked: dict, ignore: tuple = ()) -> list[str]:
+    """'field: checkpoint's vs asked' for every setting (nested ones as ``a.b``) in which a checkpoint's
+    config (or model signature) ``saved`` differs from the one ``asked`` for; top-level fields in
+    ``ignore`` (e.g. ``RUNTIME_FIELDS``) and fields only the checkpoint has (bookkeeping such as parameter
+    counts) aside. Tuples and lists compare alike."""
+    a, b = json.loads(json.dumps(saved)), json.loads(json.dumps(asked))
+
+    def walk(x, y, prefix):
+        out = []
+        for k in sorted(y):
+            if not prefix and k in ignore:
+                continue
+            if isinstance(x.get(k), dict) and isinstance(y[k], dict):
+                out += walk(x[k], y[k], f"{prefix}{k}.")
+            elif x.get(k) != y[k]:
+                out.append(f"{prefix}{k}: {x.get(k)!r} (checkpoint) vs {y[k]!r} (asked)")
+        return out
+
+    return walk(a, b, "")
 
 
 def check_compatible(saved: dict, cfg: TrainConfig, where: str) -> None:
@@ -225,7 +236,7 @@ def check_compatible(saved: dict, cfg: TrainConfig, where: str) -> None:
     a, b = s.model_signature(), cfg.model_signature()
     if a != b:
         raise PresetMismatchError(f"{where}: preset {s.preset!r} architecture differs from the checkpoint's: "
-                                  + "; ".join(_signature_diff(a, b)))
+                                  + "; ".join(config_diff(a, b)))
     if s.corpus != cfg.corpus:
         raise PresetMismatchError(f"{where} was trained on corpus {s.corpus!r}, this run asks for {cfg.corpus!r}")
 
@@ -244,7 +255,7 @@ def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
     b.pop("objective", None)
     if a != b:
         raise PresetMismatchError(f"--init-from {where}: not the same model as this run's; "
-                                  + "; ".join(_signature_diff(a, b)))
+                                  + "; ".join(config_diff(a, b)))
     own, saved = model.state_dict(), ck["model"]
     take = {}
     for part in {k.split(".")[0] for k in own}:   # whole parts only: no predictor half from each model
