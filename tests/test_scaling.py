@@ -140,6 +140,30 @@ def test_interpolate_n_between_measured_points():
     assert SC.interpolate_n(pts, 0.05) is None and SC.interpolate_n(pts, 0.6) is None
 
 
+def test_learned_means_every_seed_clears_the_floor_band():
+    # floor 0.041 +- 0.003 (band 0.047). Seeds that took off at different budgets (0.106 / 0.326 / 0.141,
+    # std 0.118, larger than the rise) have all learned; a bump that one seed stays under has not
+    floor = {"n": 6400, "mean": 0.041, "std": 0.003, "min": 0.039}
+    spread = {"n": 1638400, "mean": 0.191, "std": 0.118, "min": 0.106}
+    bump = {"n": 102400, "mean": 0.049, "std": 0.005, "min": 0.044}
+    assert SC.learned_above_floor([floor, spread], spread)
+    assert not SC.learned_above_floor([floor, bump], bump)
+    assert not SC.learned_above_floor([floor, spread], floor)          # the floor itself: nothing learned
+    # the same through analyse: per-seed runs, the points carry each n's lowest seed
+    cfg = SC.ScalingConfig(ns=[100, 400, 1600], seeds=[0, 1, 2], methods=["text-jepa", "ntp"])
+    vals = {100: [0.040, 0.041, 0.042], 400: [0.042, 0.05, 0.06], 1600: [0.10, 0.32, 0.14]}
+    runs = [{"method": "ntp", "n": n, "seed": s, "mutual_knn": v[s]} for n, v in vals.items() for s in cfg.seeds]
+    runs += [{"method": "text-jepa", "n": n, "seed": s, "mutual_knn": y + 0.001 * s}
+             for n, y in ((100, 0.1), (400, 0.3), (1600, 0.5)) for s in cfg.seeds]
+    a = SC.analyse(cfg, runs)
+    pts = {p["n"]: p for p in a["methods"]["ntp"]["points"]}
+    assert pts[1600]["min"] == pytest.approx(0.10)
+    assert 2 * pts[1600]["std"] > pts[1600]["mean"] - pts[100]["mean"]     # the rise is less than 2 seed std there
+    assert a["ratio"]["ntp_learned"] and a["ratio"]["n_ntp"] == 1600
+    assert a["ratio"]["alignment"] == pytest.approx(0.56 / 3)
+    assert SC.learned_above_floor(list(pts.values()), pts[400]) is False   # its 0.042 seed is in the band (< 0.043)
+
+
 def test_baselines_each_get_their_ratio(tmp_path):
     # mean-pooled NTP flat (no ratio), last-token NTP rising: a finite ratio for it alone
     cfg = SC.ScalingConfig(ns=[100, 400, 1600, 6400], seeds=[0, 1, 2], methods=["text-jepa", "ntp", "ntp-last"],
@@ -156,8 +180,14 @@ def test_baselines_each_get_their_ratio(tmp_path):
     assert r["ntp_learned"] and r["n_ntp"] == 25600 and r["alignment"] == pytest.approx(0.201)
     # the JEPA's points cross 0.201 between n=100 (0.101) and n=400 (0.301): half way in log n
     assert r["interpolated"]["n_jepa"] == pytest.approx(200.0) and r["interpolated"]["ratio_ntp_over_jepa"] == pytest.approx(128.0)
+    # per point past the floor band (0.05 + 2 x 0.001): 400 (0.061) and 1600 (0.081) are below the JEPA's
+    # smallest point (0.101), 6400 (0.121) crosses at 100 * 4^0.1, 25600 at 200
+    by_n = r["interpolated"]["by_n"]
+    assert [c["n_ntp"] for c in by_n] == [6400, 25600]
+    assert by_n[0]["ratio"] == pytest.approx(6400 / (100 * 4 ** 0.1)) and by_n[1]["ratio"] == pytest.approx(128.0)
     t = SC.format_table({"config": SC.asdict(cfg), "chance_mutual_knn": 0.03, "mutual_knn_ceiling": 0.85, "plot": "-", **a})
-    assert "sample ratio NTP (last token) / JEPA = 128.0x" in t and "NTP: its best alignment" in t
+    assert "sample ratio NTP (last token) / JEPA = 128.0x" in t and "NTP: at its best alignment" in t
+    assert "past its floor band: n=6400 (0.121): 56x; n=25600 (0.201): 128x." in t
 
 
 @pytest.mark.slow

@@ -96,7 +96,7 @@ for _k in KIND_HELP:
 @click.command("scaling")
 @click.option("--preset", default="cpu", show_default=True,
               help="cpu (short runs, ~20 min on one core), lab (the scene lab's training, 100-3200 steps, NTP "
-                   "to 12,800, read at its mean and its last token; ~1.5 h with --workers 2), full (longer curves), quick / quick-lab (tests)")
+                   "to 25,600, read at its mean and its last token; ~2.5 h with --workers 2), full (longer curves), quick / quick-lab (tests)")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="results folder (default $CAPTIONER_HOME/runs/scaling-<preset>)")
 @click.option("--force", is_flag=True, help="retrain runs whose result already exists")
