@@ -407,8 +407,8 @@ def analyse(cfg: ScalingConfig, runs: list[dict], ceiling: float | None = None) 
         out["methods"][m] = entry
     good = "text-jepa"
     out["baselines"] = {}
-    for bad in ("ntp", "ntp-last"):
-        if good in out["methods"] and bad in out["methods"]:
+    for bad in METHODS:     # every baseline of the registry that this config measured
+        if bad != good and good in out["methods"] and bad in out["methods"]:
             out["baselines"][bad] = _ratios(out["methods"][good], out["methods"][bad])
     if "ntp" in out["baselines"]:       # the baseline (mean-pooled NTP), at the top level too
         out.update(out["baselines"]["ntp"])
