@@ -237,7 +237,7 @@ class LinearMap:
         }
         meta.setdefault("created", time.strftime("%Y-%m-%dT%H:%M:%S"))
         _atomic_write(path, blob)
-        _atomic_write(path.with_suffix(".json"), (json.dumps(_jsonable(meta), indent=2, sort_keys=True) + "\n").encode())
+        _atomic_write(path.with_suffix(".json"), (json.dumps(jsonable(meta), indent=2, sort_keys=True) + "\n").encode())
         return path
 
     @classmethod
@@ -555,15 +555,17 @@ def _atomic_write(path: Path, data: bytes):
         raise
 
 
-def _jsonable(o):
+def jsonable(o, max_array: int | None = None):
+    """``o`` with numpy values and paths made JSON-friendly; arrays of more than ``max_array`` elements
+    (None: no limit) are summarised by their shape."""
     if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
+        return {str(k): jsonable(v, max_array) for k, v in o.items()}
     if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
+        return [jsonable(v, max_array) for v in o]
     if isinstance(o, np.generic):
         return o.item()
     if isinstance(o, np.ndarray):
-        return o.tolist()
+        return o.tolist() if max_array is None or o.size <= max_array else f"<array {o.shape}>"
     if isinstance(o, Path):
         return str(o)
     return o

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,7 +20,7 @@ import numpy as np
 
 from captioner.datasets import CaptionDataset
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
-from captioner.paths import atomic_write_bytes, atomic_write_json, subdir
+from captioner.paths import atomic_write_bytes, atomic_write_json, slug, subdir
 
 FORMAT_VERSION = 1
 CHUNK = 256  # rows per resumable shard
@@ -43,10 +42,6 @@ class EmbeddingSet:
         return len(self.ids)
 
 
-def _slug(name: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("_")[:60]
-
-
 def cache_key(fingerprint: dict, dataset: CaptionDataset, modality: str) -> str:
     blob = json.dumps({"v": FORMAT_VERSION, "encoder": fingerprint, "dataset": dataset.name,
                        "split": dataset.split, "content": dataset.key(), "modality": modality}, sort_keys=True)
@@ -55,7 +50,7 @@ def cache_key(fingerprint: dict, dataset: CaptionDataset, modality: str) -> str:
 
 def default_path(fingerprint: dict, dataset: CaptionDataset, modality: str) -> Path:
     key = cache_key(fingerprint, dataset, modality)
-    name = f"{_slug(dataset.name)}-{_slug(dataset.split)}-{modality}-{_slug(fingerprint['name'])}-{key[:8]}"
+    name = f"{slug(dataset.name)}-{slug(dataset.split)}-{modality}-{slug(fingerprint['name'])}-{key[:8]}"
     return subdir("embeddings") / f"{name}.safetensors"
 
 

@@ -53,10 +53,6 @@ SERVING_TORCH_THREADS = 1
 # The same goes for numpy's BLAS pool (OpenBLAS): a (1, 1280) x (1280, 384) product took 6-10 ms with two
 # threads on the loaded machine and 0.1 ms on one, so serving limits it too (set_serving_threads).
 
-ROTATION_LABELS = {"paired": "paired (Procrustes)", "pairfree": "pair-free (matcher)",
-                   "head": "pair-free (classifier-head pseudo-pairs)"}
-
-
 def set_serving_threads(n: int | None = SERVING_TORCH_THREADS) -> None:
     """Threads for serving one request at a time: torch's intra-op pool (when torch is loaded; onnxruntime
     follows it) and numpy's BLAS pools (through threadpoolctl, when installed). ``None`` or 0: leave both."""
@@ -297,7 +293,7 @@ class DemoHandlers:
         self._build_lock = threading.Lock()
         self._reports: dict = {}
         self.image_choices, self.text_choices = encoder_choices(pipeline)
-        self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])
+        self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])  # fakes in tests
 
     # -- pipelines -------------------------------------------------------------------------------------
     def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):
@@ -552,7 +548,9 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                                   elem_id="image-encoder")
             txt_enc = gr.Dropdown(h.text_choices, value=h.default_pair[1], label="Text encoder",
                                   elem_id="text-encoder")
-            rotation = gr.Radio([(ROTATION_LABELS.get(r, r), r) for r in h.rotations], value=h.rotations[0],
+            from captioner.rotations import label as rotation_label
+
+            rotation = gr.Radio([(rotation_label(r), r) for r in h.rotations], value=h.rotations[0],
                                 label="Rotation", elem_id="rotation")
 
         with gr.Tab("Caption", id="caption-tab"):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 
@@ -21,6 +22,12 @@ def subdir(name: str) -> Path:
     p = home() / name
     p.mkdir(parents=True, exist_ok=True)
     return p
+
+
+def slug(s, cap: int = 60) -> str:
+    """``s`` as a file-name part: runs of other characters than ``A-Za-z0-9._-`` become ``_``, at most ``cap``
+    characters (file names also carry a hash of the full name, so a cut never makes two artifacts collide)."""
+    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(s)).strip("_")[:cap]
 
 
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:

@@ -29,20 +29,10 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.encoders.heads import HEAD_PROMPT
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
-
-PUBLIC_ROTATIONS = ["paired", "pairfree", "head"]
-EVAL_ROTATIONS = ["paired", "pairfree", "head", "ridge", "random"]
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
-
-
-def _slug(s: str) -> str:
-    import re
-
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", s).strip("_")[:40]
 
 
 def _hash(obj) -> str:
@@ -142,17 +132,30 @@ class Pipeline:
     @property
     def rotations(self) -> list[str]:
         """Rotations a user picks from (the demo's radio buttons). ``eval_rotations`` adds the references."""
-        return self._available(PUBLIC_ROTATIONS)
+        from captioner.rotations import PUBLIC
+
+        return self._available(PUBLIC)
 
     def _available(self, kinds) -> list[str]:
-        """``kinds`` less ``head`` when the image encoder has no classifier head."""
+        """``kinds`` less those that need a classifier head when the image encoder has none."""
         from captioner.encoders.heads import has_classifier_head
+        from captioner.rotations import KINDS
 
-        return [r for r in kinds if r != "head" or has_classifier_head(self.encoder("image"))]
+        head = None
+        out = []
+        for r in kinds:
+            if KINDS[r].needs_head:
+                head = has_classifier_head(self.encoder("image")) if head is None else head
+                if not head:
+                    continue
+            out.append(r)
+        return out
 
     @property
     def eval_rotations(self) -> list[str]:
-        return self._available(EVAL_ROTATIONS)
+        from captioner.rotations import ALL
+
+        return self._available(ALL)
 
     def _log(self, msg: str) -> None:
         if self.progress:
@@ -235,12 +238,12 @@ class Pipeline:
                       self.train_set.split, self.train_set.key()], "bank": self.bank().key(), "extra": extra})
 
     def rotation(self, kind: str = "paired"):
-        """The map ``kind`` (paired, pairfree, ridge, random), loaded from its cache file or fitted and saved."""
+        """The map ``kind`` (a ``captioner.rotations`` kind), loaded from its cache file or fitted and saved."""
         from alignment.errors import AlignmentError, MismatchError
         from alignment.procrustes import load_map
+        from captioner.rotations import get_kind
 
-        if kind not in EVAL_ROTATIONS:
-            raise CaptionerError(f"unknown rotation {kind!r}; choose one of {', '.join(EVAL_ROTATIONS)}")
+        kind = get_kind(kind).name
         with self._lock:
             if kind in self._maps:
                 return self._maps[kind]
@@ -254,10 +257,12 @@ class Pipeline:
                     raise CaptionerError(str(e)) from None
                 self._maps[kind] = m
                 return m
-            from captioner.paths import subdir
+            from captioner.paths import slug, subdir
+            from captioner.rotations import key_params
 
-            path = subdir("rotations") / (f"{kind}-{_slug(self.image_encoder)}-{_slug(self.text_encoder)}-"
-                                          f"{self._artifact_key(kind, self._fit_params(kind))}.safetensors")
+            opts = self._fit_options(kind)
+            path = subdir("rotations") / (f"{kind}-{slug(self.image_encoder, 40)}-{slug(self.text_encoder, 40)}-"
+                                          f"{self._artifact_key(kind, key_params(kind, **opts))}.safetensors")
             if path.exists() and path.with_suffix(".json").exists():
                 try:
                     m = load_map(path, x_encoder=fx, y_encoder=fy)
@@ -267,7 +272,7 @@ class Pipeline:
                 t0 = time.time()
                 self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
                 try:
-                    m = self._fit(kind, fx, fy)
+                    m = get_kind(kind).fit(_PipelineSource(self, fx, fy), **opts).map
                 except AlignmentError as e:
                     raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
                 m.meta["fit_seconds"] = round(time.time() - t0, 3)
@@ -278,56 +283,18 @@ class Pipeline:
     def use_rotation(self, kind: str, m) -> None:
         """Use the map ``m`` as rotation ``kind`` in this pipeline (memory only; e.g. one random seed of many
         in ``eval/pairfree_margin.py``). ``m`` must map this image encoder's space into this text encoder's."""
-        if kind not in EVAL_ROTATIONS:
-            raise CaptionerError(f"unknown rotation {kind!r}; choose one of {', '.join(EVAL_ROTATIONS)}")
+        from captioner.rotations import get_kind
+
+        kind = get_kind(kind).name
         if m.dim_x != self.encoder("image").dim or m.dim_y != self.encoder("text").dim:
             raise CaptionerError(f"the map is {m.dim_x} -> {m.dim_y}, the encoders are "
                                  f"{self.encoder('image').dim} -> {self.encoder('text').dim}")
         with self._lock:
             self._maps[kind] = m
 
-    def _fit_params(self, kind: str) -> dict:
-        from alignment.pseudo import DEFAULT_TEMPERATURE
-
-        return {"pairfree": {"max": self.pairfree_max, "seed": 0}, "random": {"seed": 0},
-                "head": {"temperature": DEFAULT_TEMPERATURE, "prompt": HEAD_PROMPT, "text_mean": "bank"}}.get(kind, {})
-
-    def _fit(self, kind: str, fx: dict, fy: dict):
-        from alignment.procrustes import fit_procrustes, fit_random, fit_ridge
-
-        meta = {"x_encoder": fx, "y_encoder": fy,
-                "train": f"{self.train_set.name}/{self.train_set.split}", "bank_key": self.bank().key()}
-        if kind in ("paired", "ridge"):
-            X, Y, _ = self.train_pairs()
-            meta["pairing"] = f"{len(X)} image-caption pairs"
-            return fit_procrustes(X, Y, **meta) if kind == "paired" else fit_ridge(X, Y, **meta)
-        X = self._train_images()
-        Yb = self.bank().E
-        if kind == "random":
-            meta["pairing"] = "none (random rotation between the PCA bases)"
-            return fit_random(X, Yb, seed=0, **meta)
-        if kind == "head":
-            return self._fit_head(X, meta)
-        # pair-free: the train images and the bank captions, shuffled apart so that no row order leaks pairs
-        from alignment.pairfree import match
-
-        rng = np.random.default_rng(0)
-        xi = rng.permutation(len(X))[: self.pairfree_max]
-        yi = rng.permutation(len(Yb))[: self.pairfree_max]
-        res = match(X[xi], Yb[yi])
-        m = res.rotation
-        m.meta.update(meta)
-        m.meta["pairing"] = "none (pair-free match of train images to bank captions)"
-        m.meta["pairfree"] = {"score": _jsonable(res.score), "info": _jsonable(res.info),
-                              "n_images": int(len(xi)), "n_captions": int(len(yi))}
-        return m
-
-    def _fit_head(self, X: np.ndarray, meta: dict):
-        """Pseudo-pairs from the image encoder's classifier head (no caption of any image is read)."""
-        from captioner.encoders.heads import fit_head_map
-
-        return fit_head_map(self.encoder("image"), self.encoder("text"), X, text_mean=self.bank().E.mean(0),
-                            log=self._log, **meta)
+    def _fit_options(self, kind: str) -> dict:
+        """The pipeline's own options for a kind (on top of the kind's defaults)."""
+        return {"max": self.pairfree_max} if kind == "pairfree" else {}
 
     def _train_images(self) -> np.ndarray:
         self.train_pairs()
@@ -338,7 +305,7 @@ class Pipeline:
         """The caption decoder for this text encoder (trained on text only on first use)."""
         from captioner.bank import bank_from_arrays, decoder_corpus
         from captioner.decoder import preset, train_decoder
-        from captioner.paths import subdir
+        from captioner.paths import slug, subdir
 
         with self._lock:
             if self._decoder is not None:
@@ -357,7 +324,7 @@ class Pipeline:
             mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
             key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
                                     vocab_priority=len(self.bank()))
-            path = subdir("checkpoints") / f"decoder-{_slug(self.text_encoder)}-{self.decoder_preset}-{key}.pt"
+            path = subdir("checkpoints") / f"decoder-{slug(self.text_encoder, 40)}-{self.decoder_preset}-{key}.pt"
             if not path.exists() or not _complete(path):
                 self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
                           f"{tcfg.steps} steps) -> {path}")
@@ -606,16 +573,31 @@ def _latest_scaling_plot() -> str | None:
     return str(plots[-1]) if plots else None
 
 
-def _jsonable(o):
-    if isinstance(o, dict):
-        return {str(k): _jsonable(v) for k, v in o.items()}
-    if isinstance(o, (list, tuple)):
-        return [_jsonable(v) for v in o]
-    if isinstance(o, np.ndarray):
-        return o.tolist() if o.size <= 64 else f"<array {o.shape}>"
-    if isinstance(o, np.generic):
-        return o.item()
-    return o
+class _PipelineSource:
+    """A pipeline's data as a ``captioner.rotations.FitSource``: its train pairs, train images and bank."""
+
+    def __init__(self, pipe: Pipeline, fx: dict, fy: dict):
+        self.pipe = pipe
+        self.meta = {"x_encoder": fx, "y_encoder": fy, "train": f"{pipe.train_set.name}/{pipe.train_set.split}",
+                     "bank_key": pipe.bank().key()}
+
+    def pairs(self):
+        return self.pipe.train_pairs()[:2]
+
+    def images(self):
+        return self.pipe._train_images()
+
+    def texts(self):
+        return self.pipe.bank().E
+
+    def image_encoder(self):
+        return self.pipe.encoder("image")
+
+    def text_encoder(self):
+        return self.pipe.encoder("text")
+
+    def log(self, msg: str) -> None:
+        self.pipe._log(msg)
 
 
-__all__ = ["Pipeline", "PUBLIC_ROTATIONS", "EVAL_ROTATIONS", "BadImageError"]
+__all__ = ["Pipeline", "BadImageError"]

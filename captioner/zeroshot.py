@@ -122,15 +122,12 @@ def build_head(text_encoder, names: list[str], templates: list[str], definitions
     return head_from_embeddings(X, [len(r) for r in prompts])
 
 
-def softmax(L: np.ndarray) -> np.ndarray:
-    L = L - L.max(1, keepdims=True)
-    P = np.exp(L)
-    return P / P.sum(1, keepdims=True)
-
-
 def predict_proba(Q: np.ndarray, W: np.ndarray, logit_scale: float = DEFAULT_LOGIT_SCALE) -> np.ndarray:
     """(N, D) queries in text space x (C, D) class vectors -> (N, C) probabilities softmax(scale * cos)."""
-    return softmax(logit_scale * (l2n(Q) @ l2n(W).T))
+    from alignment.pseudo import softmax
+
+    L = logit_scale * (l2n(Q) @ l2n(W).T)
+    return softmax(L).astype(L.dtype, copy=False)
 
 
 def topk(P: np.ndarray, k: int) -> np.ndarray:

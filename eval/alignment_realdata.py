@@ -64,12 +64,12 @@ def head_rotation_scores(itr, ttr, ite, tte, meta) -> dict:
     """The ``head`` rotation (captioner.pipeline): train images x the image encoder's ImageNet head, class
     names embedded by the text encoder, Procrustes to the soft targets, centred on the train captions."""
     from alignment.pseudo import DEFAULT_TEMPERATURE
-    from captioner.encoders import get_encoder
-    from captioner.encoders.heads import fit_head_map
+    from captioner.rotations import ArraySource, get_kind
 
     t = time.time()
-    rot = fit_head_map(get_encoder(itr.meta["encoder"]["name"]), get_encoder(ttr.meta["encoder"]["name"]), itr.X,
-                       text_mean=ttr.X.mean(0), **meta)
+    kind = get_kind("head")
+    rot = kind.fit(ArraySource(meta, X=itr.X, Y=ttr.X, image_enc=itr.meta["encoder"]["name"],
+                               text_enc=ttr.meta["encoder"]["name"]), **kind.options()).map
     return {**evaluate(rot, ite, tte), "seconds": round(time.time() - t, 1), "temperature": DEFAULT_TEMPERATURE,
             "head": rot.meta["fit"]["head"]}
 

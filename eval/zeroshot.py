@@ -20,8 +20,9 @@ import time
 import numpy as np
 
 from captioner.errors import CaptionerError
+from captioner.rotations import ALL as ROTATIONS
 
-MODES = ("paired", "pairfree", "head", "cluster", "ridge", "random")
+MODES = (*ROTATIONS, "cluster")  # every rotation kind, and cluster (no rotation)
 
 
 def topk_accuracy(scores: np.ndarray, y: np.ndarray, ks=(1, 5)) -> dict:
@@ -104,11 +105,11 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         out["qap_objective"] = res["objective"]
         out["pairing"] = "none (k-means clusters matched to classes by QAP)"
     else:
+        from captioner.rotations import get_kind
+
         clf = ZeroShotClassifier(labels, W, pipe.rotation(mode), mu=pipe.bank().centered()[0])
         scores = clf.predict_proba(X)
-        out["pairing"] = {"paired": "Tux Paint train pairs (Procrustes)", "ridge": "Tux Paint train pairs (ridge)",
-                          "pairfree": "none (pair-free matcher)", "random": "none (random rotation)",
-                          "head": "none (classifier-head pseudo-pairs)"}[mode]
+        out["pairing"] = get_kind(mode).pairing
     out.update(topk_accuracy(scores, y))
     C = len(labels)
     out["chance_top1"] = 1.0 / C

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-import re
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -10,8 +9,9 @@ from pathlib import Path
 import click
 
 from captioner.errors import CacheMismatchError, CaptionerError
+from captioner.rotations import ALIASES, ALL, KINDS
 
-METHODS = ("procrustes", "pairfree", "ridge", "random")
+METHODS = (*ALL, *ALIASES)
 
 
 @contextmanager
@@ -25,10 +25,6 @@ def _user_errors():
         raise CacheMismatchError(str(e)) from None
     except AlignmentError as e:
         raise CaptionerError(str(e)) from None
-
-
-def _slug(s: str) -> str:
-    return re.sub(r"[^A-Za-z0-9._-]+", "_", str(s)).strip("_")[:60]
 
 
 def _load(path, modality: str):
@@ -82,99 +78,127 @@ def cli():
     pairs at all), ridge (the non-orthogonal upper bound) and random (the floor)."""
 
 
+class _CacheSource:
+    """Two embedding caches as a ``captioner.rotations.FitSource``. Paired kinds read rows with the same
+    sample id; unpaired kinds read each cache alone (the text cloud: every caption row, or one per sample)."""
+
+    def __init__(self, img, txt, meta: dict, reduce: str, text_rows: str, quiet: bool):
+        self.img, self.txt, self.meta, self.reduce, self.text_rows, self.quiet = img, txt, meta, reduce, text_rows, quiet
+        self.n_pairs = None
+        self.text_sample_ids = list(txt.sample_ids)
+
+    def pairs(self):
+        X, Y, sids = _pairs(self.img, self.txt, self.reduce)
+        self.n_pairs = len(sids)
+        return X, Y
+
+    def images(self):
+        return self.img.X
+
+    def texts(self):
+        import numpy as np
+
+        if self.text_rows == "all":
+            return self.txt.X
+        groups: dict = {}
+        for r, sid in enumerate(self.txt.sample_ids):
+            groups.setdefault(sid, []).append(r)
+        self.text_sample_ids = list(groups)
+        return np.stack([self.txt.X[g[0]] if self.text_rows == "first" else self.txt.X[g].mean(0)
+                         for g in groups.values()])
+
+    def _encoder(self, es):
+        from captioner.encoders import get_encoder
+
+        name = (es.meta.get("encoder") or {}).get("name")
+        if not name:
+            raise CaptionerError(f"{es.path}: the cache does not name its encoder, which this rotation needs")
+        return get_encoder(name)
+
+    def image_encoder(self):
+        return self._encoder(self.img)
+
+    def text_encoder(self):
+        return self._encoder(self.txt)
+
+    def log(self, msg: str) -> None:
+        if not self.quiet:
+            click.echo(f"[align] {msg}", err=True)
+
+
 @cli.command("fit")
-@click.option("--method", "-m", type=click.Choice(METHODS), default="procrustes", show_default=True)
+@click.option("--method", "-m", type=click.Choice(METHODS), default="paired", show_default=True,
+              help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items()) + " (procrustes: the old name of paired).")
 @click.option("--image-cache", "-a", required=True, type=click.Path(), help="Image embedding cache (captioner embed).")
 @click.option("--text-cache", "-b", required=True, type=click.Path(), help="Text embedding cache (captioner embed).")
 @click.option("--out", "-o", type=click.Path(), default=None,
               help="Where to save the map (default: $CAPTIONER_HOME/rotations/<method>-<encoders>-<dataset>).")
 @click.option("--dim", type=int, default=None, help="Shared dimension (default min(D_image, D_text), capped by N-1).")
 @click.option("--shared", type=click.Choice(["pca", "learned"]), default="pca", show_default=True,
-              help="procrustes with different dimensions: PCA per side, or one semi-orthogonal map from the pairs.")
+              help="paired with different dimensions: PCA per side, or one semi-orthogonal map from the pairs.")
 @click.option("--scale/--no-scale", default=False, show_default=True, help="Also fit a global scale.")
 @click.option("--reduce", type=click.Choice(["first", "mean"]), default="mean", show_default=True,
               help="Paired methods: a sample's text row is its first caption or the mean of its captions.")
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
-              help="pairfree: the text cloud is every caption row, or one row per sample.")
+              help="Unpaired methods: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
 @click.option("--matcher", type=click.Choice(["auto", "ours", "wp", "gw"]), default="auto", show_default=True,
               help="pairfree: PCA sign search + ICP (ours), coarse-to-fine Wasserstein-Procrustes (wp; for "
-                   "loosely isomorphic real encoders), POT's entropic Gromov-Wasserstein (gw), or auto (ours, "
-                   "falling back to wp when ours finds no confident correspondence).")
+                   "loosely isomorphic real encoders), POT's entropic Gromov-Wasserstein (gw), or auto (the "
+                   "matcher's own choice between them).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, seed,
             as_json):
     """Fit a map from the image cache's space to the text cache's space and save it.
 
-    procrustes and ridge use the pairs (rows with the same sample id); pairfree uses no pairing information
-    at all: both clouds are shuffled independently before matching, and the sample ids are read only
-    afterwards, to report how many matches were right. random keeps only each side's mean and axes."""
-    import numpy as np
+    Paired kinds use the pairs (rows with the same sample id); pairfree uses no pairing information at all:
+    both clouds are shuffled independently before matching, and the sample ids are read only afterwards, to
+    report how many matches were right. random keeps only each side's mean and axes; head reads the image
+    encoder's classifier head instead of pairs."""
+    from captioner.rotations import get_kind
 
-    from alignment.procrustes import fit_procrustes, fit_random, fit_ridge
-
+    kind = get_kind(method)
     img, txt = _load(image_cache, "image"), _load(text_cache, "text")
     meta = {"x_encoder": img.meta.get("encoder"), "y_encoder": txt.meta.get("encoder"),
             "datasets": {"image": _describe(img)["dataset"], "text": _describe(txt)["dataset"]},
             "caches": {"image": _describe(img), "text": _describe(txt)}}
+    given = {"scale": scale, "dim": dim, "shared": shared, "alpha": alpha, "matcher": matcher, "seed": seed,
+             "progress": not as_json, "max": None}
+    src = _CacheSource(img, txt, meta, reduce, text_rows, as_json)
     t0 = time.time()
     report: dict = {}
     with _user_errors():
-        if method in ("procrustes", "ridge"):
-            X, Y, sids = _pairs(img, txt, reduce)
-            meta["pairing"] = {"by": "sample_id", "n_pairs": len(sids),
-                               "text_row": "mean of the sample's caption embeddings" if reduce == "mean"
-                               else "first caption of the sample"}
-            rot = (fit_procrustes(X, Y, scale=scale, dim=dim, shared=shared, **meta) if method == "procrustes"
-                   else fit_ridge(X, Y, alpha=alpha, **meta))
-        elif method == "random":
-            meta["pairing"] = {"by": "none", "n_pairs": 0}
-            rot = fit_random(img.X, txt.X, dim=dim, seed=seed, **meta)
+        fitted = kind.fit(src, **kind.options(**{k: v for k, v in given.items() if k in kind.defaults}))
+        rot = fitted.map
+        rot.meta.update(meta)
+        if kind.uses_pairs:
+            rot.meta["pairing"] = {"by": "sample_id", "n_pairs": src.n_pairs,
+                                   "text_row": "mean of the sample's caption embeddings" if reduce == "mean"
+                                   else "first caption of the sample"}
         else:
-            from alignment.pairfree import match
-
-            rng = np.random.default_rng(seed)
-            if text_rows == "all":
-                Yall, ysid = txt.X, list(txt.sample_ids)
-            else:  # one row per sample, built from the text cache alone
-                groups: dict = {}
-                for r, sid in enumerate(txt.sample_ids):
-                    groups.setdefault(sid, []).append(r)
-                ysid = list(groups)
-                Yall = np.stack([txt.X[g[0]] if text_rows == "first" else txt.X[g].mean(0) for g in groups.values()])
-            xi, yi = rng.permutation(len(img.X)), rng.permutation(len(Yall))  # no row order can leak pairs
-            kw = {"ours": {"fit_scale": scale, "progress": not as_json}, "wp": {"progress": not as_json},
-                  "auto": {"progress": not as_json}}.get(matcher, {})
-            res = match(img.X[xi], Yall[yi], method=matcher, dim=dim, seed=seed, **kw, **meta)
-            rot = res.rotation
-            rot.meta.update(meta)
-            rot.meta["pairing"] = {"by": "none", "n_pairs": 0, "shuffled": True, "seed": seed,
-                                   "text_rows": text_rows, "n_images": len(xi), "n_texts": len(yi),
-                                   "matcher": res.info.get("auto", {}).get("chosen", matcher)}
-            # diagnostics, computed after the fit: how often a matched text row belongs to the same sample
-            matched = res.perm >= 0
-            right = [ysid[yi[res.perm[i]]] == img.sample_ids[xi[i]] for i in np.flatnonzero(matched)]
-            report["pairfree"] = {"unsupervised_score": round(float(res.score), 4),
-                                  "matched": int(matched.sum()),
-                                  "match_accuracy_diagnostic": round(float(np.mean(right)), 4) if right else None,
-                                  "chance": round(1.0 / max(len(set(ysid)), 1), 4)}
+            rot.meta["pairing"] = {"by": "none", "n_pairs": 0, "how": kind.pairing}
+        if "result" in fitted.extra:
+            report["pairfree"] = _match_diagnostics(fitted.extra, img, src.text_sample_ids)
+            rot.meta["pairing"].update({"shuffled": True, "seed": seed, "text_rows": text_rows,
+                                        "n_images": len(fitted.extra["xi"]), "n_texts": len(fitted.extra["yi"]),
+                                        "matcher": rot.meta["pairfree"]["matcher"]})
             rot.meta["diagnostics"] = report["pairfree"]
         rot.meta["fit_seconds"] = round(time.time() - t0, 3)
         if out is None:
-            from captioner.paths import subdir
+            from captioner.paths import slug, subdir
 
-            enc = f"{_slug((meta['x_encoder'] or {}).get('name', 'image'))}-{_slug((meta['y_encoder'] or {}).get('name', 'text'))}"
-            out = subdir("rotations") / f"{method}-{enc}-{_slug(meta['datasets']['image'])}.safetensors"
+            enc = f"{slug((meta['x_encoder'] or {}).get('name', 'image'))}-{slug((meta['y_encoder'] or {}).get('name', 'text'))}"
+            out = subdir("rotations") / f"{kind.name}-{enc}-{slug(meta['datasets']['image'])}.safetensors"
         path = rot.save(out)
         report["retrieval_on_fit_caches"] = _retrieval(rot, img, txt)
-    summary = {"method": method, "path": str(path), "dim_x": rot.dim_x, "dim_y": rot.dim_y, "dim": rot.dim,
+    summary = {"method": kind.name, "path": str(path), "dim_x": rot.dim_x, "dim_y": rot.dim_y, "dim": rot.dim,
                "scale": round(float(rot.scale), 6), "seconds": rot.meta["fit_seconds"],
                "pairing": rot.meta.get("pairing"), **report}
     if as_json:
         click.echo(json.dumps(summary))
         return
-    click.echo(f"{method} map {rot.dim_x} -> {rot.dim_y} (shared {rot.dim}) -> {path} ({summary['seconds']:.2f} s)")
+    click.echo(f"{kind.name} map {rot.dim_x} -> {rot.dim_y} (shared {rot.dim}) -> {path} ({summary['seconds']:.2f} s)")
     p = summary["pairing"] or {}
     click.echo(f"  pairs used: {p.get('n_pairs', 0)}" + (f" ({p['text_row']})" if p.get("text_row") else ""))
     if "pairfree" in report:
@@ -185,6 +209,19 @@ def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, te
     if r:
         click.echo(f"  image->caption on these caches: R@1 {r['R@1']:.3f}  R@5 {r['R@5']:.3f}  "
                    f"R@10 {r['R@10']:.3f}  (chance@1 {r['chance@1']:.3f})")
+
+
+def _match_diagnostics(extra: dict, img, ysid: list) -> dict:
+    """After a pair-free fit: how often a matched text row belongs to the image's own sample (read only now,
+    never by the fit)."""
+    import numpy as np
+
+    res, xi, yi = extra["result"], extra["xi"], extra["yi"]
+    matched = res.perm >= 0
+    right = [ysid[yi[res.perm[i]]] == img.sample_ids[xi[i]] for i in np.flatnonzero(matched)]
+    return {"unsupervised_score": round(float(res.score), 4), "matched": int(matched.sum()),
+            "match_accuracy_diagnostic": round(float(np.mean(right)), 4) if right else None,
+            "chance": round(1.0 / max(len(set(ysid)), 1), 4)}
 
 
 @cli.command("score")

@@ -9,10 +9,10 @@ from captioner.errors import BadImageError, CaptionerError
 
 
 def _common(f):
-    f = click.option("--rotation", "-r", type=click.Choice(["paired", "pairfree", "head", "ridge", "random"]),
-                     default="paired", show_default=True,
-                     help="paired: Procrustes on Tux Paint train pairs; pairfree: matched without pairs; head: "
-                          "no pairs either, pseudo-pairs from the image encoder's classifier head.")(f)
+    from captioner.rotations import ALL, KINDS
+
+    f = click.option("--rotation", "-r", type=click.Choice(ALL), default="paired", show_default=True,
+                     help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items()) + ".")(f)
     f = click.option("--rotation-file", type=click.Path(), default=None,
                      help="A saved map (`captioner align fit`) to use as --rotation; refused if fitted for "
                           "other encoders.")(f)

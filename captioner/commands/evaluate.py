@@ -8,8 +8,11 @@ from pathlib import Path
 import click
 
 from captioner.errors import CaptionerError
+from captioner.rotations import ALL as ROTATIONS
 
-ROTATION_CHOICES = ["paired", "pairfree", "head", "ridge", "random", "text"]
+# ``text`` is no rotation: the text-only ceiling (each image's own reference caption embedding as the query)
+ROTATION_CHOICES = [*ROTATIONS, "text"]
+ZEROSHOT_MODES = [*ROTATIONS, "cluster"]  # cluster: k-means + QAP, no rotation (Blind Match)
 
 
 def _subset(ds, n: int | None, seed: int = 0):
@@ -106,7 +109,7 @@ def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device
 @click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100"]), default="tuxpaint", show_default=True)
 @click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")
 @click.option("--split", default=None, help="Default: test (tuxpaint), val (imagenet100).")
-@click.option("--mode", "-m", type=click.Choice(["paired", "pairfree", "head", "cluster", "ridge", "random"]),
+@click.option("--mode", "-m", type=click.Choice(ZEROSHOT_MODES),
               default="paired", show_default=True,
               help="pairfree: the pair-free rotation; head: the classifier-head pseudo-pair rotation (no pairs); "
                    "cluster: k-means + QAP, no rotation (Blind Match).")
@@ -146,10 +149,10 @@ def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encode
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--meteor/--no-meteor", default=True, show_default=True)
 @click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
-@click.option("--rotations", default="paired,pairfree,head,ridge,random,text", show_default=True,
+@click.option("--rotations", default=",".join(ROTATION_CHOICES), show_default=True,
               help="Comma-separated rotations (text = the text-only ceiling).")
 @click.option("--captioners", default="retrieval,decoder", show_default=True)
-@click.option("--zeroshot-modes", default="paired,pairfree,head,cluster,ridge,random", show_default=True)
+@click.option("--zeroshot-modes", default=",".join(ZEROSHOT_MODES), show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the JSON instead of the Markdown.")
 @click.option("--quiet", "-q", is_flag=True)
 def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, rotations, captioners,
@@ -173,8 +176,7 @@ def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset,
     rep = build_report(pipe, test, out, meteor=meteor, progress=not quiet,
                        rotations=names(rotations, ROTATION_CHOICES, "rotation"),
                        captioners=names(captioners, ("retrieval", "decoder"), "captioner"),
-                       zeroshot_modes=names(zeroshot_modes, ("paired", "pairfree", "head", "cluster", "ridge", "random"),
-                                            "zero-shot mode"))
+                       zeroshot_modes=names(zeroshot_modes, ZEROSHOT_MODES, "zero-shot mode"))
     if as_json:
         click.echo(json.dumps(rep["json"], indent=2))
         return

@@ -1,4 +1,5 @@
-"""Classifier heads of image encoders: the ``head`` rotation's only link between the two modalities.
+"""Classifier heads of image encoders: the ``head`` rotation's only link between the two modalities
+(the rotation itself is fitted in ``captioner.rotations``).
 
 ``classifier_head(encoder)`` returns the linear head (W (C, D), b (C,)) that the encoder's embedding feeds,
 and the C class names, or raises a CaptionerError naming the encoders that have one. An encoder class can
@@ -46,19 +47,3 @@ def classifier_head(encoder) -> tuple[np.ndarray, np.ndarray, list[str]]:
         raise CaptionerError(f"{encoder.name}: classifier head of shape W {W.shape}, b {b.shape} with "
                              f"{len(names)} names does not fit {encoder.dim}-d embeddings")
     return W, b, list(names)
-
-
-def fit_head_map(image_encoder, text_encoder, X: np.ndarray, text_mean=None, log=None, **meta):
-    """The ``head`` rotation: ``image_encoder``'s embeddings X (N, D_x) of unlabelled images, its classifier
-    head's class names embedded by ``text_encoder`` as ``HEAD_PROMPT``, Procrustes to the soft targets
-    (``alignment.pseudo.fit_head_rotation`` at its default temperature), centred on ``text_mean``."""
-    from alignment.pseudo import DEFAULT_TEMPERATURE, fit_head_rotation
-
-    W, b, names = classifier_head(image_encoder)
-    if log:
-        log(f"embedding the {len(names)} class names of the {image_encoder.name} head")
-    E = text_encoder.encode([HEAD_PROMPT.format(c=n) for n in names])
-    meta.setdefault("pairing", f"none (pseudo-pairs: {len(X)} unlabelled images x the image encoder's "
-                               f"{len(names)}-class head, class names embedded as '{HEAD_PROMPT}')")
-    X = np.asarray(X, np.float32)
-    return fit_head_rotation(X, X @ W.T + b, E, temperature=DEFAULT_TEMPERATURE, text_mean=text_mean, **meta)
