@@ -365,6 +365,16 @@ def imagenet100(root: str | os.PathLike, split: str = "val") -> CaptionDataset:
     return image_folder(root, split, classes=classes, name="imagenet100")
 
 
+def _lazy(name: str) -> Callable:
+    """A loader of ``captioner.photosets`` (imported on first use: it imports this module)."""
+    def load(*a, **kw):
+        from captioner import photosets
+
+        return getattr(photosets, name)(*a, **kw)
+    load.__name__ = name
+    return load
+
+
 DATASETS: dict[str, tuple[Callable, str]] = {
     "tuxpaint": (tuxpaint, "Tux Paint stamps with English captions and 15 categories (embedded)"),
     "emoji": (emoji, "Noto Color Emoji renders named by Unicode (embedded, fast)"),
@@ -373,6 +383,8 @@ DATASETS: dict[str, tuple[Callable, str]] = {
     "coco-official": (coco_official, "official COCO captions_<split>.json: --root, --split val2014"),
     "imagenet100": (imagenet100, "ImageNet-100 class folders: --root with <split>/<wnid>/"),
     "folder": (image_folder, "any image folder with class sub-folders: --root"),
+    "gcompris": (_lazy("gcompris"), "GCompris' labelled real photos (Debian gcompris-qt-data), split by label"),
+    "openclipart": (_lazy("openclipart"), "openclipart object drawings with titles (Debian openclipart-svg)"),
 }
 
 
@@ -386,7 +398,7 @@ def get_dataset(name: str, split: str = "test", root: str | os.PathLike | None =
             raise CaptionerError(f"dataset {name!r} needs --root DIR ({DATASETS[name][1]})")
         return fn(root, split, **kw)
     if root is not None:
-        kw["root" if name == "tuxpaint" else "font_path"] = root
+        kw["font_path" if name == "emoji" else "root"] = root
     if name == "samples":
         return fn(split)
     return fn(split, **kw)

@@ -6,7 +6,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 DEV=0; [ "${1:-}" = "--dev" ] && DEV=1
 
-APT_PKGS="tuxpaint-stamps-default fonts-noto-color-emoji"
+APT_PKGS="tuxpaint-stamps-default fonts-noto-color-emoji gcompris-qt-data openclipart-svg wordnet-base"
 [ "$DEV" = 1 ] && APT_PKGS="$APT_PKGS chromium chromium-driver"
 command -v java >/dev/null || APT_PKGS="$APT_PKGS default-jre-headless"
 missing=""

@@ -1,0 +1,109 @@
+"""The validation photo sets (GCompris, openclipart), the Qt resource reader and the subject-named metric."""
+import io
+import struct
+import zlib
+
+import pytest
+from PIL import Image
+
+from captioner.errors import CaptionerError
+from captioner.photosets import GCOMPRIS_RCC, OPENCLIPART_ROOT
+from captioner.rcc import read_rcc
+from captioner.subject import WORDNET_DIR, names_subject, subject_terms
+
+HAS_GC = (GCOMPRIS_RCC / "categorization.rcc").exists()
+HAS_OC = OPENCLIPART_ROOT.is_dir()
+HAS_WN = (WORDNET_DIR / "data.noun").exists()
+
+
+def _rcc(files: dict, version: int = 3) -> bytes:
+    """A Qt resource file with one directory "d" holding ``files`` (even ones zlib-compressed), written from
+    the format description in captioner/rcc.py."""
+    names, data = b"", b""
+    name_off = {}
+    for n in ["d"] + list(files):
+        name_off[n] = len(names)
+        names += struct.pack(">HI", len(n), 0) + n.encode("utf-16-be")
+    node = 14 if version == 1 else 22
+    pad = b"\0" * (node - 14)
+    tree = struct.pack(">IHII", 0, 2, 1, 1) + pad  # root: 1 child at index 1
+    tree += struct.pack(">IHII", name_off["d"], 2, len(files), 2) + pad
+    for i, (n, raw) in enumerate(files.items()):
+        blob, flags = (struct.pack(">I", len(raw)) + zlib.compress(raw), 1) if i % 2 == 0 else (raw, 0)
+        tree += struct.pack(">IHHHI", name_off[n], flags, 0, 0, len(data)) + pad
+        data += struct.pack(">I", len(blob)) + blob
+    header = b"qres" + struct.pack(">IIII", version, 0, 0, 0) + (b"\0\0\0\0" if version >= 3 else b"")
+    t_off = len(header)
+    d_off = t_off + len(tree)
+    n_off = d_off + len(data)
+    header = b"qres" + struct.pack(">IIII", version, t_off, d_off, n_off) + header[20:]
+    return header + tree + data + names
+
+
+@pytest.mark.parametrize("version", [1, 2, 3])
+def test_rcc_reader_returns_every_file_with_its_path(tmp_path, version):
+    png = io.BytesIO()
+    Image.new("RGB", (3, 2), (9, 8, 7)).save(png, "PNG")
+    files = {"a.png": png.getvalue(), "b.txt": b"hello", "c.txt": b"x" * 1000}
+    p = tmp_path / "t.rcc"
+    p.write_bytes(_rcc(files, version))
+    got = read_rcc(p)
+    assert got == {f"d/{k}": v for k, v in files.items()}
+    assert Image.open(io.BytesIO(got["d/a.png"])).getpixel((0, 0)) == (9, 8, 7)
+
+
+def test_rcc_reader_refuses_other_and_truncated_files(tmp_path):
+    p = tmp_path / "x.rcc"
+    p.write_bytes(b"PK\3\4 not a resource file")
+    with pytest.raises(CaptionerError, match="not a Qt resource file"):
+        read_rcc(p)
+    p.write_bytes(_rcc({"a.txt": b"abc"})[:40])
+    with pytest.raises(CaptionerError, match="truncated"):
+        read_rcc(p)
+
+
+@pytest.mark.skipif(not HAS_WN, reason="wordnet-base not installed (scripts/setup.sh)")
+def test_subject_terms_follow_the_definition():
+    assert subject_terms("Great Pyramid of Giza") == {"pyramid", "polyhedron"}  # head noun before "of"
+    assert "tower" in subject_terms("Eiffel Tower") and "eiffel" not in subject_terms("Eiffel Tower")
+    assert {"cat", "feline", "carnivore"} <= subject_terms("Cartoon cat")
+    assert "animal" not in subject_terms("giraffe")  # generic words never count
+    assert subject_terms("mela rossa") == frozenset()  # no English noun: no terms
+    assert names_subject("Two cups of coffee on a table.", "coffee cup")
+    assert names_subject("A small feline sleeping.", "cat")
+    assert names_subject("pliers on a bench", "side cutter", ("pliers",))
+    assert not names_subject("a police van.", "coffee cup")
+    assert not names_subject("an animal in the grass", "giraffe")
+    assert not names_subject("a catalogue", "cat")  # whole words only
+
+
+@pytest.mark.skipif(not HAS_GC, reason="gcompris-qt-data not installed (scripts/setup.sh)")
+def test_gcompris_photos_have_labels_and_disjoint_splits():
+    from captioner.datasets import get_dataset
+    from captioner.images import load_image
+
+    allset = get_dataset("gcompris", "all")
+    parts = {s: get_dataset("gcompris", s) for s in ("train", "val", "test")}
+    assert len(allset) == 222 == sum(len(p) for p in parts.values())
+    labels = {s: {x.label for x in p.samples} for s, p in parts.items()}
+    assert not labels["val"] & labels["test"] and not labels["train"] & labels["test"]
+    assert sum(len(x.captions) > 1 for x in allset.samples) == 73  # the explore activities' descriptions
+    giraffe = next(x for x in allset.samples if x.label == "Giraffe")
+    assert giraffe.captions[0] == "A photo of a giraffe." and "Africa" in giraffe.captions[1]
+    im = load_image(giraffe.source)
+    assert im.mode == "RGB" and min(im.size) > 200
+
+
+@pytest.mark.skipif(not (HAS_OC and HAS_WN), reason="openclipart-svg / wordnet-base not installed")
+def test_openclipart_objects_render_with_english_titles():
+    pytest.importorskip("cairosvg")
+    from captioner.datasets import get_dataset
+    from captioner.images import load_image
+    from captioner.subject import has_subject
+
+    val = get_dataset("openclipart", "val")
+    assert 250 < len(val) < 500
+    assert all(has_subject(s.label) and s.captions[0] == s.label for s in val.samples)
+    assert not any(s.id.startswith(("shapes/", "signs_and_symbols/", "computer/")) for s in val.samples)
+    im = load_image(val.samples[0].source)
+    assert im.mode == "RGB" and im.size[0] == 224
