@@ -22,8 +22,8 @@ COMMANDS = {
     "eval": ("captioner.commands.evaluate", "cli", "Evaluate captions (COCO metrics) and zero-shot accuracy."),
     "report": ("captioner.commands.evaluate", "report_cli", "Write the results table (Markdown + JSON)."),
     "train": ("captioner.commands.train", "cli", "Train a text JEPA, a next-token baseline or an image JEPA."),
-    "scaling": ("captioner.commands.train", "scaling_cli", "Fit the alignment scaling law over runs."),
-    "scenelab": ("captioner.commands.train", "scenelab_cli", "Check the theorem in a controlled world."),
+    "scaling": ("captioner.commands.scaling", "scaling_cli", "Fit the alignment scaling law over runs."),
+    "scenelab": ("captioner.commands.scenelab", "scenelab_cli", "Check the theorem in a controlled world."),
     "demo": ("captioner.commands.demo", "cli", "Start the Gradio demo on 127.0.0.1."),
 }
 

@@ -63,7 +63,7 @@ def test_train_resume_refuse_and_encode(tmp_path, capsys):
 
 
 def test_scenelab_cli_passes_steps_and_learning_rates(tmp_path, monkeypatch, capsys):
-    from captioner.jepa import scenelab as S
+    from eval.scenelab import lab as S
 
     seen = {}
 
@@ -127,3 +127,21 @@ def test_train_cli_passes_init_from(tmp_path, monkeypatch, capsys):
                          str(tmp_path / "o"), "--quiet"], capsys)
     assert code == 0, err
     assert seen["cfg"].init_from == str(tmp_path) and seen["cfg"].objective.reg == "cov"
+
+
+def test_scenelab_diagnostics_are_subcommands(tmp_path, monkeypatch, capsys):
+    """`captioner scenelab diagnose|anchor|objective` hand their arguments to the lab's diagnostics; the
+    lab itself still runs as `captioner scenelab` (no subcommand)."""
+    from eval.scenelab import objective as O
+
+    code, out, err = _run(["scenelab", "diagnose", str(tmp_path)], capsys)
+    assert code == 2 and "no image-jepa checkpoint" in err and "Traceback" not in err
+    code, out, err = _run(["scenelab", "anchor", str(tmp_path), "--out", str(tmp_path / "a")], capsys)
+    assert code == 2 and "not a finished lab" in err
+    seen = {}
+    monkeypatch.setattr(O, "run", lambda regs, steps, reg_weight, **kw: seen.update(regs=regs, steps=steps) or {})
+    monkeypatch.setattr(O, "table", lambda res: "TABLE")
+    code, out, err = _run(["scenelab", "objective", "--regs", "cov", "--steps", "7"], capsys)
+    assert code == 0 and "TABLE" in out and seen["steps"] == 7 and list(seen["regs"]) == ["cov"]
+    code, out, err = _run(["scenelab", "objective", "--help"], capsys)
+    assert code == 0 and "captioner scenelab objective" in out

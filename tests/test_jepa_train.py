@@ -30,7 +30,7 @@ SMALL_OBJ = {"pred_hidden": 32, "sigreg_slices": 32}
 
 
 def _corpus(n=40, seed=0):
-    from captioner.jepa.scenelab import text_corpus
+    from captioner.jepa.views import text_corpus
 
     return text_corpus(n, seed=seed, n_captions=4)
 
@@ -52,9 +52,9 @@ def _data(kind="text-jepa", corpus=None):
 
 def _clean_corpus(n=40):
     # noise-free captions: every view of a scene names the same attributes (with synonyms and templates)
-    from captioner.jepa import scenelab as S
+    from captioner.world import scenes as W
 
-    return V.ViewsCorpus("clean", [S.captions(sc, 4, seed=i, corrupt=0.0) for i, sc in enumerate(S.sample_scenes(n))])
+    return V.ViewsCorpus("clean", [W.captions(sc, 4, seed=i, corrupt=0.0) for i, sc in enumerate(W.sample_scenes(n))])
 
 
 def _view_retrieval(model, corpus) -> float:
@@ -126,7 +126,7 @@ def test_resume_after_kill_matches_uninterrupted_run(tmp_path, kind):
         cfg = resolve_config("image-jepa", "tiny", corpus="scenelab", steps=12, batch_size=8, save_every=4, warmup=2,
                              threads=1, image={"image_size": 16, "channels": [8, 16], "embed_dim": 8,
                                                "proj_hidden": 16}, objective=dict(SMALL_OBJ))
-        from captioner.jepa.scenelab import image_corpus
+        from captioner.world.scenes import image_corpus
 
         data = V.ImageViews(image_corpus(12, size=16, renders=2), cfg.augment)
     train(cfg, tmp_path / "full", data=data, progress=False)

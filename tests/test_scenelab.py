@@ -7,60 +7,65 @@ import itertools
 import numpy as np
 import pytest
 
-from captioner.jepa import scenelab as S
+from captioner.jepa import embed as E
+from captioner.jepa import views as V
+from captioner.world import scenes as W
+from eval.scenelab import lab as S
+from eval.scenelab import measures as M
+from eval.scenelab import optimum as O
 
 
 def test_world_size_and_latent_dim():
-    scenes = S.all_scenes()
+    scenes = W.all_scenes()
     assert len(scenes) == 6 * 2 * 3 * 3 * 3 == 324 and len({s.key() for s in scenes}) == 324
-    assert S.LATENT_DIM == 5 + 1 + 2 + 2 + 2
-    Z = S.latent_features(scenes)
-    assert Z.shape == (324, S.LATENT_DIM)
+    assert W.LATENT_DIM == 5 + 1 + 2 + 2 + 2
+    Z = W.latent_features(scenes)
+    assert Z.shape == (324, W.LATENT_DIM)
     np.testing.assert_allclose(Z.mean(0), 0, atol=1e-6)   # balanced design: centred exactly
     # whitened: unit variance in every direction over the (uniform) scenes, i.e. covariance = identity
-    np.testing.assert_allclose(Z.T.astype(np.float64) @ Z / len(Z), np.eye(S.LATENT_DIM), atol=1e-5)
+    np.testing.assert_allclose(Z.T.astype(np.float64) @ Z / len(Z), np.eye(W.LATENT_DIM), atol=1e-5)
     # and each block is a function of its attribute only: two scenes that differ in colour alone differ
     # in the first 5 coordinates alone
-    a, b = S.Scene("red", "large", "left", "top", "black"), S.Scene("blue", "large", "left", "top", "black")
-    d = S.latent_features([a])[0] - S.latent_features([b])[0]
+    a, b = W.Scene("red", "large", "left", "top", "black"), W.Scene("blue", "large", "left", "top", "black")
+    d = W.latent_features([a])[0] - W.latent_features([b])[0]
     assert np.abs(d[:5]).sum() > 0.1 and np.abs(d[5:]).max() < 1e-6
 
 
 def test_renders_are_deterministic_given_a_seed():
-    sc = S.Scene("blue", "large", "right", "bottom", "grey")
-    a = np.asarray(S.render(sc, 32, seed=7))
-    b = np.asarray(S.render(sc, 32, seed=7))
-    c = np.asarray(S.render(sc, 32, seed=8))
+    sc = W.Scene("blue", "large", "right", "bottom", "grey")
+    a = np.asarray(W.render(sc, 32, seed=7))
+    b = np.asarray(W.render(sc, 32, seed=7))
+    c = np.asarray(W.render(sc, 32, seed=8))
     assert a.shape == (32, 32, 3) and a.dtype == np.uint8
     np.testing.assert_array_equal(a, b)
     assert np.abs(a.astype(int) - c).sum() > 0
-    arr1 = S.image_corpus(5, size=16, seed=3, renders=2)
-    arr2 = S.image_corpus(5, size=16, seed=3, renders=2)
+    arr1 = W.image_corpus(5, size=16, seed=3, renders=2)
+    arr2 = W.image_corpus(5, size=16, seed=3, renders=2)
     assert tuple(arr1.shape) == (5, 2, 3, 16, 16) and bool((arr1 == arr2).all())
 
 
 def test_observed_scenes_are_what_each_render_shows():
     # a render draws its observation first: without jitter, render_array's seed for (i, r) draws a
     # picture of exactly that observation, and about CORRUPT of the attributes differ from the scene
-    scenes = S.sample_scenes(60, seed=4)
-    obs = S.observed_scenes(scenes, 2, seed=4)
+    scenes = W.sample_scenes(60, seed=4)
+    obs = W.observed_scenes(scenes, 2, seed=4)
     assert len(obs) == 60 and all(len(o) == 2 for o in obs)
     for i in range(60):
         for r in range(2):
             seed = (4 * 1000003 + i) * 31 + r                  # render_array's seed for scene i, render r
-            drawn = np.asarray(S.render(scenes[i], 16, seed=seed, jitter=False))
-            np.testing.assert_array_equal(drawn, np.asarray(S.render(obs[i][r], 16, corrupt=0.0, jitter=False)))
-    changed = np.mean([getattr(o[r], a) != getattr(sc, a) for sc, o in zip(scenes, obs) for r in range(2) for a in S.ATTRS])
+            drawn = np.asarray(W.render(scenes[i], 16, seed=seed, jitter=False))
+            np.testing.assert_array_equal(drawn, np.asarray(W.render(obs[i][r], 16, corrupt=0.0, jitter=False)))
+    changed = np.mean([getattr(o[r], a) != getattr(sc, a) for sc, o in zip(scenes, obs) for r in range(2) for a in W.ATTRS])
     assert 0.04 < changed < 0.2                                  # CORRUPT 0.15, a redraw may land on the same value
-    assert S.observed_scenes(scenes, 2, seed=4, corrupt=0.0) == [[sc, sc] for sc in scenes]
+    assert W.observed_scenes(scenes, 2, seed=4, corrupt=0.0) == [[sc, sc] for sc in scenes]
 
 
 def test_clean_render_shows_the_latent():
-    sc = S.Scene("red", "large", "left", "top", "black")
-    a = np.asarray(S.render(sc, 32, seed=0, corrupt=0.0, jitter=False)).astype(int)
+    sc = W.Scene("red", "large", "left", "top", "black")
+    a = np.asarray(W.render(sc, 32, seed=0, corrupt=0.0, jitter=False)).astype(int)
     assert tuple(a[7, 7]) == (215, 35, 35)                     # disc centre at (0.22, 0.22) of the side
     assert tuple(a[28, 28]) == (30, 30, 30)                    # the black background far from it
-    small = np.asarray(S.render(S.Scene("red", "small", "left", "top", "black"), 32, corrupt=0.0,
+    small = np.asarray(W.render(W.Scene("red", "small", "left", "top", "black"), 32, corrupt=0.0,
                                 jitter=False)).astype(int)
     red = lambda x: ((x[..., 0] > 150) & (x[..., 1] < 90)).sum()  # noqa: E731
     # disc areas scale as radius^2: (0.24 / 0.13)^2 = 3.4
@@ -68,34 +73,34 @@ def test_clean_render_shows_the_latent():
 
 
 def test_captions_name_the_attributes_and_corruption_rate():
-    sc = S.Scene("green", "small", "centre", "middle", "white")
-    clean = [S.describe(sc, seed=i, corrupt=0.0) for i in range(50)]
+    sc = W.Scene("green", "small", "centre", "middle", "white")
+    clean = [W.describe(sc, seed=i, corrupt=0.0) for i in range(50)]
     assert all(any(w in c.lower() for w in ("green", "emerald")) for c in clean)
     assert all(any(w in c.lower() for w in ("white", "pale")) for c in clean)
-    assert S.describe(sc, seed=3) == S.describe(sc, seed=3)
-    caps = S.captions(sc, 6, seed=1)
+    assert W.describe(sc, seed=3) == W.describe(sc, seed=3)
+    caps = W.captions(sc, 6, seed=1)
     assert len(caps) == len(set(caps)) == 6
     # each attribute misreported w.p. CORRUPT, to a random value (which may be the true one)
     rng = np.random.default_rng(0)
-    wrong = np.mean([S.observe(sc, rng).colour != "green" for _ in range(4000)])
-    assert wrong == pytest.approx(S.CORRUPT * 5 / 6, abs=0.02)
+    wrong = np.mean([W.observe(sc, rng).colour != "green" for _ in range(4000)])
+    assert wrong == pytest.approx(W.CORRUPT * 5 / 6, abs=0.02)
 
 
 def test_text_corpus_views():
-    c = S.text_corpus(30, seed=0, n_captions=4)
+    c = V.text_corpus(30, seed=0, n_captions=4)
     assert len(c) == 30 and all(len(v) == 4 for v in c.scenes)
-    assert c.key() == S.text_corpus(30, seed=0, n_captions=4).key() != S.text_corpus(30, seed=1, n_captions=4).key()
+    assert c.key() == V.text_corpus(30, seed=0, n_captions=4).key() != V.text_corpus(30, seed=1, n_captions=4).key()
 
 
 def test_procrustes_residual_known_answers():
     rng = np.random.default_rng(0)
     X = rng.standard_normal((400, 12))
     Q = np.linalg.qr(rng.standard_normal((12, 12)))[0]
-    assert S.procrustes_residual(X, 3.0 * X @ Q + 5.0) < 1e-10          # a rotation, scale and shift: 0
-    assert S.procrustes_residual(X, rng.standard_normal((400, 12))) > 0.9  # unrelated: about 1 (held out)
+    assert M.procrustes_residual(X, 3.0 * X @ Q + 5.0) < 1e-10          # a rotation, scale and shift: 0
+    assert M.procrustes_residual(X, rng.standard_normal((400, 12))) > 0.9  # unrelated: about 1 (held out)
     noisy = X @ Q + 0.5 * rng.standard_normal((400, 12))
     # residual of a rotation plus noise of variance 0.25 per dim: 0.25 / 1.25 = 0.2
-    assert S.procrustes_residual(X, noisy) == pytest.approx(0.2, abs=0.04)
+    assert M.procrustes_residual(X, noisy) == pytest.approx(0.2, abs=0.04)
 
 
 def test_format_table_has_every_row():
@@ -143,14 +148,14 @@ def test_text_lr_applies_to_the_text_sides_only(train_config):
 
 
 def test_mutual_knn_ceiling_of_perfect_latents_is_below_one():
-    Z = S.latent_features(S.all_scenes())
-    c = S.mutual_knn_ceiling(Z, 10)
+    Z = W.latent_features(W.all_scenes())
+    c = M.mutual_knn_ceiling(Z, 10)
     # ties among the scenes one attribute away (whitened: the 2 size, 4 column/row/background and 5 colour
     # neighbours sit at three distances): a rotation of the latents plus 1% noise scores ~0.85
     assert 0.8 < c < 0.9
     rng = np.random.default_rng(0)
-    Q = np.linalg.qr(rng.standard_normal((S.LATENT_DIM, S.LATENT_DIM)))[0]
-    assert S.procrustes_residual(Z @ Q + 0.01 * rng.standard_normal(Z.shape), Z) < 1e-3   # the residual: ~0
+    Q = np.linalg.qr(rng.standard_normal((W.LATENT_DIM, W.LATENT_DIM)))[0]
+    assert M.procrustes_residual(Z @ Q + 0.01 * rng.standard_normal(Z.shape), Z) < 1e-3   # the residual: ~0
     t = S.format_table({"k": 10, "n_test": 324, "chance_mutual_knn": 10 / 323, "mutual_knn_ceiling": c,
                         "seconds": 1.0, "rows": []})
     assert f"ceiling (the latents vs a rotation of them + 1% noise) = {c:.3f}" in t
@@ -181,11 +186,11 @@ def test_text_objective_reaches_the_text_sides_only(train_config):
 
 def test_architecture_overrides_reach_their_side(train_config):
     tc = train_config("image-jepa", S.LabConfig())
-    assert tc.image.pool == "mean+coords" and tc.image.embed_dim == S.LATENT_DIM      # the lab's default
+    assert tc.image.pool == "mean+coords" and tc.image.embed_dim == W.LATENT_DIM      # the lab's default
     tc = train_config("image-jepa", S.LabConfig(image={"pool": "mean", "embed_dim": 99}))
-    assert tc.image.pool == "mean" and tc.image.embed_dim == S.LATENT_DIM             # embed_dim stays the lab's
+    assert tc.image.pool == "mean" and tc.image.embed_dim == W.LATENT_DIM             # embed_dim stays the lab's
     tc = train_config("text-jepa", S.LabConfig(text={"layers": 1}))
-    assert tc.text.layers == 1 and tc.text.embed_dim == S.LATENT_DIM
+    assert tc.text.layers == 1 and tc.text.embed_dim == W.LATENT_DIM
 
     tc = train_config("ntp", S.LabConfig(init_from="/runs/old-lab"))
     assert tc.init_from == "/runs/old-lab/ntp"                                      # each model from its own
@@ -222,18 +227,18 @@ def test_lookup_optimum_of_vicreg_is_the_whitened_latents_up_to_a_rotation():
     import torch
 
     torch.set_num_threads(1)
-    Z = S.latent_features(S.all_scenes())
-    a, b = (S.lookup_optimum("vicreg", steps=2000, seed=s) for s in (0, 1))
-    assert a.shape == (324, S.LATENT_DIM)
-    assert S.procrustes_residual(a, Z) < 0.06 and S.procrustes_residual(b, Z) < 0.06
-    assert S.procrustes_residual(a, b) < 0.1
+    Z = W.latent_features(W.all_scenes())
+    a, b = (O.lookup_optimum("vicreg", steps=2000, seed=s) for s in (0, 1))
+    assert a.shape == (324, W.LATENT_DIM)
+    assert M.procrustes_residual(a, Z) < 0.06 and M.procrustes_residual(b, Z) < 0.06
+    assert M.procrustes_residual(a, b) < 0.1
     with pytest.raises(ValueError, match="reg must be"):
-        S.lookup_optimum("infonce", steps=1)
+        O.lookup_optimum("infonce", steps=1)
     with pytest.raises(ValueError, match="init must be"):
-        S.lookup_optimum("vicreg", steps=1, dim=8, init="latents")
+        O.lookup_optimum("vicreg", steps=1, dim=8, init="latents")
     # started at the latents, VICReg keeps them
-    c = S.lookup_optimum("vicreg", steps=300, init="latents")
-    assert S.procrustes_residual(c, Z) < 0.06
+    c = O.lookup_optimum("vicreg", steps=300, init="latents")
+    assert M.procrustes_residual(c, Z) < 0.06
 
 
 def _fake_log(run, losses):
@@ -285,8 +290,8 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
 
 def _two_observations(n: int, seed: int):
     rng = np.random.default_rng(seed)
-    scenes = S.sample_scenes(n, seed=seed)
-    return [S.observe(s, rng) for s in scenes], [S.observe(s, rng) for s in scenes]
+    scenes = W.sample_scenes(n, seed=seed)
+    return [W.observe(s, rng) for s in scenes], [W.observe(s, rng) for s in scenes]
 
 
 def test_view_subspace_finds_the_single_attribute_directions_in_a_wider_embedding():
@@ -295,27 +300,27 @@ def test_view_subspace_finds_the_single_attribute_directions_in_a_wider_embeddin
     mix = np.random.default_rng(5).standard_normal((17, 17))
 
     def embed(obs):
-        Z = S.latent_features(obs)
+        Z = W.latent_features(obs)
         return np.concatenate([Z, (Z[:, :5, None] * Z[:, None, 5:6]).reshape(len(Z), -1)], 1) @ mix
 
     a, b = _two_observations(4000, seed=1)
-    mu, P, lam = S.view_subspace(embed(a), embed(b), S.LATENT_DIM)
+    mu, P, lam = M.view_subspace(embed(a), embed(b), W.LATENT_DIM)
     assert P.shape == (17, 12) and lam.shape == (17,) and np.all(np.diff(lam) <= 1e-12)
-    assert np.all(np.abs(lam[:12] - (1 - S.CORRUPT) ** 2) < 0.05)
-    assert np.all(np.abs(lam[12:] - (1 - S.CORRUPT) ** 4) < 0.07)
-    test = S.all_scenes()
+    assert np.all(np.abs(lam[:12] - (1 - W.CORRUPT) ** 2) < 0.05)
+    assert np.all(np.abs(lam[12:] - (1 - W.CORRUPT) ** 4) < 0.07)
+    test = W.all_scenes()
     X = (embed(test) - mu) @ P
-    assert S.procrustes_residual(X, S.latent_features(test)) < 0.02
+    assert M.procrustes_residual(X, W.latent_features(test)) < 0.02
     # the product directions alone are not the latents
-    rest = (embed(test) - mu) @ S.view_subspace(embed(a), embed(b))[1][:, 12:]
-    assert S.procrustes_residual(rest, S.latent_features(test)[:, :5]) > 0.8
+    rest = (embed(test) - mu) @ M.view_subspace(embed(a), embed(b))[1][:, 12:]
+    assert M.procrustes_residual(rest, W.latent_features(test)[:, :5]) > 0.8
 
 
 def test_view_subspace_rejects_bad_shapes():
     with pytest.raises(ValueError, match="one shape"):
-        S.view_subspace(np.zeros((5, 3)), np.zeros((5, 4)))
+        M.view_subspace(np.zeros((5, 3)), np.zeros((5, 4)))
     with pytest.raises(ValueError, match="k must be"):
-        S.view_subspace(np.ones((5, 3)), np.ones((5, 3)), k=4)
+        M.view_subspace(np.ones((5, 3)), np.ones((5, 3)), k=4)
 
 
 @pytest.mark.slow
@@ -323,7 +328,7 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     """A few steps of every model: the result's shape, the view-subspace scoring of a 16-d embedding,
     reuse of the checkpoints, and eval.scenelab_diagnose on a 12-d lab."""
     from captioner.errors import CaptionerError
-    from eval import scenelab_diagnose as D
+    from eval.scenelab import diagnose as D
 
     small = dict(n_train=48, n_test=40, image_steps=3, text_steps=3, batch_size=8)
     res = S.run_lab(S.LabConfig(embed_dim=16, restarts=2, **small), out=tmp_path / "wide", progress=False)
@@ -348,14 +353,14 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     assert d["image"]["rotation"] == pytest.approx(res12["rows"][0]["procrustes_residual"], abs=1e-9)
     assert d["text"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual_latents"], abs=1e-9)
     assert d["text_vs_image"]["rotation"] == pytest.approx(res12["rows"][1]["procrustes_residual"], abs=1e-9)
-    assert set(d["image"]["probe"]) == set(S.ATTRS) and all(0 <= v <= 1 for v in d["image"]["probe"].values())
+    assert set(d["image"]["probe"]) == set(W.ATTRS) and all(0 <= v <= 1 for v in d["image"]["probe"].values())
     assert set(d["image"]["interactions"]) == {"non_additive", "after_pairs", "pairs_chance", "by_pair"}
     assert (tmp_path / "lab" / "diagnose.json").is_file() and "probe accuracy" in D.table(d)
 
     # the anchor: a supervised image encoder written as a lab folder that --init-from starts from
     import torch
 
-    from eval import scenelab_anchor as A
+    from eval.scenelab import anchor as A
 
     a = A.train_anchor(tmp_path / "lab", tmp_path / "anchor", steps=4, progress=False)
     assert 0 <= a["residual_vs_latents"] <= 1.5 and (tmp_path / "anchor" / "anchor.json").is_file()
@@ -366,7 +371,7 @@ def test_run_lab_end_to_end_with_a_wider_embedding_and_its_diagnosis(tmp_path):
     m = load_jepa_encoder(tmp_path / "anchor" / "image-jepa" / "checkpoint.pt").model
     assert torch.allclose(m.pred.weight, 0.85 ** 2 * torch.eye(12))          # the theorem's linear predictor
     test_scenes, ims, _ = S.test_pairs(S.LabConfig(**small), 32)
-    assert S.procrustes_residual(S.embed_images(m, ims), S.latent_features(test_scenes)) \
+    assert M.procrustes_residual(E.embed_images(m, ims), W.latent_features(test_scenes)) \
         == pytest.approx(a["residual_vs_latents"], abs=1e-9)                    # the checkpoint is the scored encoder
     res = S.run_lab(S.LabConfig(init_from=str(tmp_path / "anchor"), **{**small, "text_steps": 1}),
                     out=tmp_path / "from-anchor", progress=False)
@@ -389,23 +394,23 @@ def test_config_diff_names_training_settings_only():
 
 
 def test_diagnose_residuals_known_answers():
-    from eval import scenelab_diagnose as D
+    from eval.scenelab import diagnose as D
 
     rng = np.random.default_rng(0)
     Z = rng.standard_normal((400, 6))
     A = rng.standard_normal((6, 6))                                       # a linear distortion, no noise
     assert D.linear_residual(Z @ A, Z) < 1e-8
-    assert S.procrustes_residual(Z @ A, Z) > 0.1                          # which no rotation undoes
+    assert M.procrustes_residual(Z @ A, Z) > 0.1                          # which no rotation undoes
     W = D.whiten(Z @ A)
     assert np.allclose(W.T @ W / len(W), np.eye(6), atol=1e-8)
     assert D.linear_residual(rng.standard_normal((400, 6)), Z) > 0.9      # unrelated
 
 
 def test_interaction_fractions_known_answers():
-    from eval import scenelab_diagnose as D
+    from eval.scenelab import diagnose as D
 
-    scenes = S.all_scenes()
-    Z = S.latent_features(scenes)
+    scenes = W.all_scenes()
+    Z = W.latent_features(scenes)
     it = D.interaction_fractions(Z @ np.random.default_rng(1).standard_normal((12, 12)), scenes)
     assert it["non_additive"] < 1e-10 and it["after_pairs"] < 1e-10          # additive: any linear map of Z
     colour_x_bg = (Z[:, :5, None] * Z[:, None, 10:12]).reshape(len(Z), -1)   # a pure pairwise warp

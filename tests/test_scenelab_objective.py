@@ -7,7 +7,7 @@ pytest.importorskip("torch")
 
 
 def test_report_rows_and_table():
-    from eval.scenelab_objective import run, table
+    from eval.scenelab.objective import run, table
 
     res = run(regs=("vicreg",), steps=60, seeds=(0, 1), from_latents=True)
     (row,) = res["rows"]

@@ -144,7 +144,7 @@ def build_data(cfg: TrainConfig, warn: bool = True):
 
     if cfg.kind == "image-jepa":
         if cfg.corpus == "scenelab":
-            from captioner.jepa.scenelab import image_corpus
+            from captioner.world.scenes import image_corpus
 
             arr = image_corpus(cfg.n_scenes or 2000, size=cfg.image.image_size, seed=cfg.seed)
         else:

@@ -48,6 +48,14 @@ class ViewsCorpus:
         return sum(len(s) for s in self.scenes)
 
 
+def text_corpus(n_scenes: int = 2000, seed: int = 0, n_captions: int = 6) -> ViewsCorpus:
+    """The world's views corpus (``captioner.world.scenes.scene_captions``): ``n_scenes`` random scenes, each
+    with ``n_captions`` captions."""
+    from captioner.world.scenes import scene_captions
+
+    return ViewsCorpus("scenelab", *scene_captions(n_scenes, seed=seed, n_captions=n_captions))
+
+
 def validate(corpus: ViewsCorpus, where: str | None = None) -> ViewsCorpus:
     """Raise CaptionerError naming the first scene with fewer than two views or an empty/non-string text."""
     where = where or corpus.name
@@ -88,8 +96,6 @@ def load_views(spec: str, *, n_scenes: int | None = None, seed: int = 0) -> View
             scenes = [v + [t.replace("{c}", c) for t in short] for c, v in zip(d, scenes)]
         corpus = ViewsCorpus(spec, scenes, list(d))
     elif spec == "scenelab":
-        from captioner.jepa.scenelab import text_corpus
-
         corpus = text_corpus(n_scenes or 2000, seed=seed)
     else:
         p = Path(spec)

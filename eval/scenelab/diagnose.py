@@ -1,6 +1,6 @@
 """Where a scene-lab run's residual comes from: a decomposition of each JEPA's gap to the latents.
 
-    python -m eval.scenelab_diagnose LAB [--views 8] [--json]
+    captioner scenelab diagnose LAB [--views 8] [--json]
 
 ``LAB`` is a finished ``captioner scenelab --out LAB`` folder (its kept image and text JEPAs). On the
 324 held-out scenes, each JEPA's embedding is compared with the whitened latents (``latent_features``)
@@ -34,7 +34,7 @@ import numpy as np
 def linear_residual(X: np.ndarray, Y: np.ndarray, seed: int = 0, ridge: float = 1e-6) -> float:
     """Held-out 1 - R^2 of the least-squares affine map X -> Y, fitted on half the rows (the same split
     as ``scenelab.procrustes_residual``)."""
-    from captioner.jepa.scenelab import holdout_split
+    from eval.scenelab.measures import holdout_split
 
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y, np.float64)
@@ -48,7 +48,7 @@ def linear_residual(X: np.ndarray, Y: np.ndarray, seed: int = 0, ridge: float = 
 
 def whiten(X: np.ndarray, eps: float = 1e-6) -> np.ndarray:
     """X centred and whitened by its own covariance (ZCA): identity covariance, no labels used."""
-    from captioner.jepa.scenelab import whitening
+    from eval.scenelab.measures import whitening
 
     mu, W = whitening(X, eps)
     return (np.asarray(X, np.float64) - mu) @ W
@@ -56,7 +56,7 @@ def whiten(X: np.ndarray, eps: float = 1e-6) -> np.ndarray:
 
 def probe_accuracy(X: np.ndarray, scenes, seed: int = 0) -> dict:
     """Per attribute: held-out accuracy of a linear read-out (least squares onto the one-hot, argmax)."""
-    from captioner.jepa.scenelab import holdout_split
+    from eval.scenelab.measures import holdout_split
 
     X = np.asarray(X, np.float64)
     fi, ev = holdout_split(len(X), seed=seed)
@@ -69,7 +69,7 @@ def probe_accuracy(X: np.ndarray, scenes, seed: int = 0) -> dict:
 
 
 def _onehots(scenes) -> dict:
-    from captioner.jepa.scenelab import ATTRS
+    from captioner.world.scenes import ATTRS
 
     return {name: np.array([[float(getattr(sc, name) == v) for v in options] for sc in scenes])
             for name, options in ATTRS.items()}
@@ -118,7 +118,7 @@ def load_kept(lab: Path, kind: str):
     """The model a finished lab kept for ``kind`` (``scenelab.kept_run``), in eval mode, and its config."""
     from captioner.errors import CaptionerError
     from captioner.jepa.encoder import load_jepa_encoder
-    from captioner.jepa.scenelab import kept_run
+    from eval.scenelab.lab import kept_run
 
     run = kept_run(lab, kind)
     if not (run / "checkpoint.pt").is_file():
@@ -129,7 +129,7 @@ def load_kept(lab: Path, kind: str):
 
 
 def side_report(X: np.ndarray, Xmean: np.ndarray, Z: np.ndarray, scenes) -> dict:
-    from captioner.jepa.scenelab import procrustes_residual
+    from eval.scenelab.measures import procrustes_residual
 
     return {"rotation": procrustes_residual(X, Z), "linear": linear_residual(X, Z),
             "whitened": procrustes_residual(whiten(X), Z), "mean_views": procrustes_residual(Xmean, Z),
@@ -139,8 +139,11 @@ def side_report(X: np.ndarray, Xmean: np.ndarray, Z: np.ndarray, scenes) -> dict
 def run(lab, views: int = 8) -> dict:
     import torch
 
-    from captioner.jepa import scenelab as S
+    from captioner.jepa import embed as E
     from captioner.paths import atomic_write_json
+    from captioner.world import scenes as W
+    from eval.scenelab import lab as S
+    from eval.scenelab import measures as M
 
     torch.set_num_threads(1)
     lab = Path(lab)
@@ -149,27 +152,27 @@ def run(lab, views: int = 8) -> dict:
     img, icfg = load_kept(lab, "image-jepa")
     txt, tcfg = load_kept(lab, "text-jepa")
     size, max_len = icfg.image.image_size, tcfg.text.max_len
-    if icfg.image.embed_dim != S.LATENT_DIM or tcfg.text.embed_dim != S.LATENT_DIM:
+    if icfg.image.embed_dim != W.LATENT_DIM or tcfg.text.embed_dim != W.LATENT_DIM:
         from captioner.errors import CaptionerError
 
         raise CaptionerError(f"scenelab_diagnose: {lab} has embeddings of width {icfg.image.embed_dim} (image) and "
-                             f"{tcfg.text.embed_dim} (text); the decomposition is for width {S.LATENT_DIM}, the "
+                             f"{tcfg.text.embed_dim} (text); the decomposition is for width {W.LATENT_DIM}, the "
                              "latents' (the lab scores wider runs on their view subspace)")
     scenes, ims, caps = S.test_pairs(cfg, size)
-    Z = S.latent_features(scenes)
-    Xi = S.embed_images(img, ims)
-    Xt = S.embed_texts(txt, "text-jepa", caps, max_len)
+    Z = W.latent_features(scenes)
+    Xi = E.embed_images(img, ims)
+    Xt = E.embed_texts(txt, "text-jepa", caps, max_len)
     # further clean observations of each held-out scene: renders with other jitter seeds, other paraphrases
-    Xi_views = [S.embed_images(img, [S.render(sc, size, seed=950_000 + 1000 * v + i, corrupt=0.0)
+    Xi_views = [E.embed_images(img, [W.render(sc, size, seed=950_000 + 1000 * v + i, corrupt=0.0)
                                      for i, sc in enumerate(scenes)]) for v in range(views)]
-    Xt_views = [S.embed_texts(txt, "text-jepa", [S.describe(sc, seed=750_000 + 1000 * v + i, corrupt=0.0)
+    Xt_views = [E.embed_texts(txt, "text-jepa", [W.describe(sc, seed=750_000 + 1000 * v + i, corrupt=0.0)
                                                  for i, sc in enumerate(scenes)], max_len) for v in range(views)]
     Xi_mean, Xt_mean = np.mean(Xi_views, 0), np.mean(Xt_views, 0)
     res = {"lab": str(lab), "views": views, "n_test": len(scenes),
            "image": side_report(Xi, Xi_mean, Z, scenes), "text": side_report(Xt, Xt_mean, Z, scenes),
-           "text_vs_image": {"rotation": S.procrustes_residual(Xt, Xi), "linear": linear_residual(Xt, Xi),
-                             "whitened": S.procrustes_residual(whiten(Xt), whiten(Xi)),
-                             "mean_views": S.procrustes_residual(Xt_mean, Xi_mean)},
+           "text_vs_image": {"rotation": M.procrustes_residual(Xt, Xi), "linear": linear_residual(Xt, Xi),
+                             "whitened": M.procrustes_residual(whiten(Xt), whiten(Xi)),
+                             "mean_views": M.procrustes_residual(Xt_mean, Xi_mean)},
            "seconds": round(time.time() - t0, 1)}
     atomic_write_json(lab / "diagnose.json", res)
     return res
@@ -202,8 +205,8 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None, prog: str | None = None) -> None:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
     ap.add_argument("--views", type=int, default=8, help="observations averaged per scene (default 8)")
     ap.add_argument("--json", action="store_true", help="print the JSON as well")

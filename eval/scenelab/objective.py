@@ -1,13 +1,13 @@
 """The scene lab's objectives with an unlimited encoder: where does each one's optimum lie?
 
-``captioner.jepa.scenelab.lookup_optimum`` trains the JEPA loss over a lookup table (one free vector per
+``eval.scenelab.optimum.lookup_optimum`` trains the JEPA loss over a lookup table (one free vector per
 latent scene: perfect perception, unlimited capacity) on the lab's own observation model. Two tables
 from different random starts stand for two modalities that share the view kernel and nothing else. For
 each regulariser this prints the held-out Procrustes residual and mutual 10-NN of each table against the
 whitened latents (the theorem's answer) and of the two tables against each other; ``--from-latents`` also
 starts a table at the latents to see whether the objective keeps them.
 
-    python -m eval.scenelab_objective [--regs vicreg sigreg] [--steps 2000] [--from-latents] [--json]
+    captioner scenelab objective [--regs vicreg sigreg] [--steps 2000] [--from-latents] [--json]
 
 What it separates: a gap between the trained image and text JEPAs that the unlimited encoder does not
 have is the encoders' (capacity, optimisation), not the objective's.
@@ -25,42 +25,45 @@ def per_attribute_reference_gap(k: int = 10) -> dict:
     of a perfect whitened embedding against that older reference."""
     import numpy as np
 
-    from captioner.jepa import scenelab as S
+    from captioner.world import scenes as W
+    from eval.scenelab import measures as M
 
-    scenes = S.all_scenes()
+    scenes = W.all_scenes()
     blocks = []
-    for name, options in S.ATTRS.items():
+    for name, options in W.ATTRS.items():
         n = len(options)
         oh = np.array([[float(getattr(sc, name) == v) for v in options] for sc in scenes])
         blocks.append((oh - 1.0 / n) / np.sqrt((n - 1) / n))
     old = np.concatenate(blocks, 1)
-    Z = S.latent_features(scenes)
-    return {"residual": S.procrustes_residual(Z, old), "mutual_knn": S.mutual_knn(Z, old, k)}
+    Z = W.latent_features(scenes)
+    return {"residual": M.procrustes_residual(Z, old), "mutual_knn": M.mutual_knn(Z, old, k)}
 
 
 def run(regs=("vicreg", "sigreg"), steps: int = 2000, reg_weight: float = 0.1, seeds=(0, 1),
         from_latents: bool = False, k: int = 10) -> dict:
     import torch
 
-    from captioner.jepa import scenelab as S
+    from captioner.world import scenes as W
+    from eval.scenelab import measures as M
+    from eval.scenelab import optimum as O
 
     torch.set_num_threads(1)
-    Z = S.latent_features(S.all_scenes())
+    Z = W.latent_features(W.all_scenes())
     rows = []
     for reg in regs:
         t0 = time.time()
-        tables = [S.lookup_optimum(reg, reg_weight, steps=steps, seed=s) for s in seeds]
+        tables = [O.lookup_optimum(reg, reg_weight, steps=steps, seed=s) for s in seeds]
         row = {"reg": reg, "reg_weight": reg_weight, "steps": steps,
-               "residual_vs_latents": [S.procrustes_residual(X, Z) for X in tables],
-               "mutual_knn_vs_latents": [S.mutual_knn(X, Z, k) for X in tables],
-               "residual_between_starts": S.procrustes_residual(tables[0], tables[1]),
-               "mutual_knn_between_starts": S.mutual_knn(tables[0], tables[1], k)}
+               "residual_vs_latents": [M.procrustes_residual(X, Z) for X in tables],
+               "mutual_knn_vs_latents": [M.mutual_knn(X, Z, k) for X in tables],
+               "residual_between_starts": M.procrustes_residual(tables[0], tables[1]),
+               "mutual_knn_between_starts": M.mutual_knn(tables[0], tables[1], k)}
         if from_latents:
-            X = S.lookup_optimum(reg, reg_weight, steps=steps, seed=seeds[0], init="latents")
-            row["residual_from_latents"] = S.procrustes_residual(X, Z)
+            X = O.lookup_optimum(reg, reg_weight, steps=steps, seed=seeds[0], init="latents")
+            row["residual_from_latents"] = M.procrustes_residual(X, Z)
         row["seconds"] = round(time.time() - t0, 1)
         rows.append(row)
-    return {"rows": rows, "k": k, "seeds": list(seeds), "mutual_knn_ceiling": S.mutual_knn_ceiling(Z, k),
+    return {"rows": rows, "k": k, "seeds": list(seeds), "mutual_knn_ceiling": M.mutual_knn_ceiling(Z, k),
             "per_attribute_reference": per_attribute_reference_gap(k),
             "chance_mutual_knn": k / (len(Z) - 1)}
 
@@ -89,8 +92,8 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def main(argv=None, prog: str | None = None):
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
     ap.add_argument("--regs", nargs="+", default=["vicreg", "sigreg"], choices=["vicreg", "sigreg", "cov"])
     ap.add_argument("--steps", type=int, default=2000)
     ap.add_argument("--reg-weight", type=float, default=0.1)

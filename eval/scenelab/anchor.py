@@ -1,6 +1,6 @@
 """Start a scene lab's image JEPA at the answer: is its residual the CNN's limit or the objective's pull?
 
-    python -m eval.scenelab_anchor LAB --out ANCHOR [--steps 2000]
+    captioner scenelab anchor LAB --out ANCHOR [--steps 2000]
     captioner scenelab --init-from ANCHOR --n-train N --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
 
 ``LAB`` is a finished ``captioner scenelab --out LAB`` folder. The first command trains a fresh image
@@ -31,10 +31,14 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     from tqdm.auto import tqdm
 
     from captioner.errors import CaptionerError
-    from captioner.jepa import scenelab as S
+    from captioner.jepa import embed as E
     from captioner.jepa import views as V
     from captioner.jepa.train import load_checkpoint
     from captioner.paths import atomic_write_json
+    from captioner.world import scenes as W
+    from eval.scenelab import lab as S
+    from eval.scenelab import measures as M
+    from eval.scenelab.diagnose import load_kept
 
     lab, out = Path(lab), Path(out)
     cfg = S.lab_config(lab)
@@ -43,11 +47,9 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
                              f"run `captioner scenelab --out {lab}` first")
     if out.resolve() == lab.resolve():
         raise CaptionerError("scenelab_anchor: --out must be another folder than LAB")
-    from eval.scenelab_diagnose import load_kept
-
-    if cfg.embed_dim != S.LATENT_DIM:
+    if cfg.embed_dim != W.LATENT_DIM:
         raise CaptionerError(f"scenelab_anchor: {lab} has {cfg.embed_dim}-d embeddings; the anchor is the "
-                             f"{S.LATENT_DIM}-d latents")
+                             f"{W.LATENT_DIM}-d latents")
     torch.set_num_threads(1)
     torch.manual_seed(cfg.seed)
     t0 = time.time()
@@ -58,11 +60,11 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
             m.reset_parameters()
     if getattr(enc.backbone, "log_sharp", None) is not None:
         torch.nn.init.zeros_(enc.backbone.log_sharp)
-    scenes = S.sample_scenes(cfg.n_train, seed=cfg.seed)
+    scenes = W.sample_scenes(cfg.n_train, seed=cfg.seed)
     size = tc.image.image_size
-    arr = S.render_array(scenes, cfg.n_renders, size, seed=cfg.seed)                  # (N, R, 3, H, W)
-    obs = S.observed_scenes(scenes, cfg.n_renders, seed=cfg.seed)
-    target = torch.tensor(np.stack([S.latent_features(o) for o in obs]), dtype=torch.float32)   # (N, R, 12)
+    arr = W.render_array(scenes, cfg.n_renders, size, seed=cfg.seed)                  # (N, R, 3, H, W)
+    obs = W.observed_scenes(scenes, cfg.n_renders, seed=cfg.seed)
+    target = torch.tensor(np.stack([W.latent_features(o) for o in obs]), dtype=torch.float32)   # (N, R, 12)
     aug = S.augment_config(cfg)
     g = torch.Generator().manual_seed(cfg.seed)
     opt = torch.optim.AdamW(enc.parameters(), lr=lr, weight_decay=0.0)
@@ -85,7 +87,7 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
         bar.set_postfix(loss=f"{losses[-1]:.4f}")
     enc.eval()
     test_scenes, ims, _ = S.test_pairs(cfg, size)
-    residual = S.procrustes_residual(S.embed_images(model, ims), S.latent_features(test_scenes))
+    residual = M.procrustes_residual(E.embed_images(model, ims), W.latent_features(test_scenes))
 
     out.mkdir(parents=True, exist_ok=True)
     for kind in ("text-jepa", "ntp"):
@@ -95,8 +97,8 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     state = model.state_dict()
     ck["model"].update({k: v for k, v in state.items() if k.startswith("encoder.")})
     if isinstance(model.pred, torch.nn.Linear):
-        ck["model"]["pred.weight"] = (1 - S.CORRUPT) ** 2 * torch.eye(S.LATENT_DIM)
-        ck["model"]["pred.bias"] = torch.zeros(S.LATENT_DIM)
+        ck["model"]["pred.weight"] = (1 - W.CORRUPT) ** 2 * torch.eye(W.LATENT_DIM)
+        ck["model"]["pred.bias"] = torch.zeros(W.LATENT_DIM)
     (out / "image-jepa").mkdir(exist_ok=True)
     torch.save(ck, out / "image-jepa" / "checkpoint.pt")
     res = {"lab": str(lab), "out": str(out), "n_train": cfg.n_train, "steps": steps, "batch_size": batch_size, "lr": lr,
@@ -106,8 +108,8 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     return res
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None, prog: str | None = None) -> None:
+    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
     ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
     ap.add_argument("--out", required=True, help="the anchor folder to write (then `captioner scenelab --init-from` it)")
     ap.add_argument("--steps", type=int, default=2000, help="supervised steps (default 2000)")
