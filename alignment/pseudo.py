@@ -33,7 +33,7 @@ from alignment._checks import as_matrix
 from alignment.errors import AlignmentError
 from alignment.procrustes import Rotation, fit_procrustes
 
-DEFAULT_TEMPERATURE = 4.0  # chosen on the Tux Paint val split among 1, 2, 4, 8 (README, eval/alignment_realdata)
+DEFAULT_TEMPERATURE = 4.0  # chosen on the Tux Paint val split among 1, 2, 4, 8 (README, eval/experiments/alignment_realdata)
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:

@@ -282,7 +282,7 @@ class Pipeline:
 
     def use_rotation(self, kind: str, m) -> None:
         """Use the map ``m`` as rotation ``kind`` in this pipeline (memory only; e.g. one random seed of many
-        in ``eval/pairfree_margin.py``). ``m`` must map this image encoder's space into this text encoder's."""
+        in ``eval/experiments/pairfree_margin.py``). ``m`` must map this image encoder's space into this text encoder's."""
         from captioner.rotations import get_kind
 
         kind = get_kind(kind).name

@@ -1,4 +1,4 @@
-"""eval/alignment_realdata.py scoring helpers on synthetic embedding sets (the real run needs the models)."""
+"""eval/experiments/alignment_realdata.py scoring helpers on synthetic embedding sets (the real run needs the models)."""
 from __future__ import annotations
 
 import numpy as np
@@ -6,7 +6,7 @@ import pytest
 
 from alignment.procrustes import fit_procrustes, fit_random, random_orthogonal
 from captioner.cache import EmbeddingSet
-from eval.alignment_realdata import _summary, evaluate, table
+from eval.experiments.alignment_realdata import _summary, evaluate, table
 
 
 def _sets(rng, n=40, d=12):

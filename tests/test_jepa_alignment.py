@@ -1,9 +1,9 @@
-"""eval.jepa_alignment: the table of text encoders vs EfficientNet-Lite0 on Tux Paint, with the null."""
+"""eval.experiments.jepa_alignment: the table of text encoders vs EfficientNet-Lite0 on Tux Paint, with the null."""
 from __future__ import annotations
 
 import pytest
 
-from eval import jepa_alignment as JA
+from eval.experiments import jepa_alignment as JA
 
 
 def test_format_table():

@@ -17,9 +17,19 @@ PACKAGES = ("captioner", "alignment", "eval")
 
 @pytest.fixture(scope="module")
 def wheel(tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("wheel")
+    """A wheel built from a copy of the source files (a build in the checkout would leave build/ behind,
+    whose stale copies could slip into later wheels)."""
+    import shutil
+
+    src, out = tmp_path_factory.mktemp("src"), tmp_path_factory.mktemp("wheel")
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split("\n")
+    for f in filter(None, files):
+        if (ROOT / f).is_file():
+            (src / f).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(ROOT / f, src / f)
     # --no-build-isolation: setuptools from this environment (an isolated build would download it)
-    subprocess.run([sys.executable, "-m", "pip", "wheel", str(ROOT), "--no-deps", "--no-build-isolation",
+    subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "--no-build-isolation",
                     "--quiet", "-w", str(out)], check=True, cwd=out, timeout=300,
                    env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
     (whl,) = out.glob("pairfree_captioner-*.whl")

@@ -1,5 +1,5 @@
-"""eval/pairfree_identifiability.py: the verdict table (the run itself needs the real encoders)."""
-from eval.pairfree_identifiability import table
+"""eval/experiments/pairfree_identifiability.py: the verdict table (the run itself needs the real encoders)."""
+from eval.experiments.pairfree_identifiability import table
 
 
 def test_table_names_each_objective_and_its_verdict():

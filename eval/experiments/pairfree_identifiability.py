@@ -11,7 +11,7 @@ where lower is better for all three: the optimal-assignment cost after the rotat
 (Sinkhorn) cost, and the Gromov-Wasserstein loss of the induced pairing. If the true answer does not score
 lowest, no search over that objective can recover it.
 
-    python -m eval.pairfree_identifiability [--dim 32] [--json]
+    python -m eval.experiments.pairfree_identifiability [--dim 32] [--json]
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ def run(dim: int = 32, eps=(0.01, 0.1), n_random: int = 3, seed: int = 0) -> dic
 
     from alignment.pairfree import _prepare, _procrustes, _sqnorm, match_wp
     from captioner.cache import paired
-    from eval.alignment_realdata import load_split
+    from eval.experiments.alignment_realdata import load_split
 
     img, txt = load_split("train")
     X, Y, _ = paired(img, txt, reduce="mean")           # row i of X pairs with row i of Y

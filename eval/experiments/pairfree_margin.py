@@ -3,7 +3,7 @@ on the embedded Tux Paint test split for the paired rotation, the two pair-free 
 geometric matcher; ``head``: classifier-head pseudo-pairs) and ``--seeds`` random rotations, whose mean and
 standard deviation give each rotation a z-score against the floor.
 
-    python -m eval.pairfree_margin [--seeds 10] [--json] [--out FILE]
+    python -m eval.experiments.pairfree_margin [--seeds 10] [--json] [--out FILE]
 
 CIDEr is pycocoevalcap's (0-10; x100 in the table). Only the retrieval captioner (no decoder training).
 """
