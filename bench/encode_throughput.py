@@ -63,16 +63,9 @@ def main(argv=None):
 
     with torch.inference_mode():
         x0 = torch.randn(enc.micro_batch, 3, 224, 224).contiguous(memory_format=torch.channels_last)
+        from captioner.encoders.onnx_export import feature_module
 
-        class Feats(torch.nn.Module):
-            def __init__(self, m):
-                super().__init__()
-                self.m = m
-
-            def forward(self, x):
-                return self.m.extract_features(x).mean((2, 3))
-
-        frozen = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(Feats(model).eval(), x0)))
+        frozen = torch.jit.optimize_for_inference(torch.jit.freeze(torch.jit.trace(feature_module(model), x0)))
 
     def ours_frozen():
         from captioner.cache import _load_images

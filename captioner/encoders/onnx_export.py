@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 CHECK_RTOL = 1e-4
 
 
-def _module(model):
+def feature_module(model):
     """``extract_features`` then the global mean, as the encoder computes it."""
     import torch
 
@@ -72,7 +72,7 @@ def export_onnx(model, size: int, path: str | Path) -> Path:
     from captioner.paths import atomic_write_bytes
 
     path = Path(path)
-    mod = _module(model)
+    mod = feature_module(model)
     was_cl = next(model.parameters()).is_contiguous(memory_format=torch.channels_last)
     buf = io.BytesIO()
     try:
