@@ -23,6 +23,7 @@ COMMANDS = {
     "report": ("captioner.commands.evaluate", "report_cli", "Write the results table (Markdown + JSON)."),
     "train": ("captioner.commands.train", "cli", "Train a text JEPA, a next-token baseline or an image JEPA."),
     "scaling": ("captioner.commands.scaling", "scaling_cli", "Fit the alignment scaling law over runs."),
+    "world": ("captioner.commands.world", "cli", "Train the JEPA world's encoders and report its pair-free chain."),
     "scenelab": ("captioner.commands.scenelab", "scenelab_cli", "Check the theorem in a controlled world."),
     "demo": ("captioner.commands.demo", "cli", "Start the Gradio demo on 127.0.0.1."),
 }

@@ -375,6 +375,14 @@ def _lazy(name: str) -> Callable:
     return load
 
 
+def _world(split: str = "test", seed: int = 0, **kw) -> CaptionDataset:
+    """The JEPA world (``captioner.world.data``): seeded train / val / test splits of its scenes."""
+    from captioner.world.data import world_samples
+
+    samples = [Sample(*t) for t in world_samples(split, seed=seed, **kw)]
+    return CaptionDataset("world", split, samples, labels=sorted({s.label for s in samples}))
+
+
 DATASETS: dict[str, tuple[Callable, str]] = {
     "tuxpaint": (tuxpaint, "Tux Paint stamps with English captions and 15 categories (embedded)"),
     "emoji": (emoji, "Noto Color Emoji renders named by Unicode (embedded, fast)"),
@@ -385,6 +393,7 @@ DATASETS: dict[str, tuple[Callable, str]] = {
     "folder": (image_folder, "any image folder with class sub-folders: --root"),
     "gcompris": (_lazy("gcompris"), "GCompris' labelled real photos (Debian gcompris-qt-data), split by label"),
     "openclipart": (_lazy("openclipart"), "openclipart object drawings with titles (Debian openclipart-svg)"),
+    "world": (_world, "the JEPA world: clean renders of generated scenes with their captions (seeded scene splits)"),
 }
 
 

@@ -24,12 +24,22 @@ PREFIXES = {
     "jepa:": "a text or image JEPA checkpoint trained by `captioner train`",
 }
 
+# the JEPA world's encoders (``captioner world train``); ``?seed=N&preset=P`` picks a trained world
+WORLD = {
+    "world-image-jepa": ("image", "the JEPA world's image JEPA (two renders of a scene), 12-d"),
+    "world-text-jepa": ("text", "the JEPA world's text JEPA (two captions of a scene), 12-d"),
+    "world-ntp": ("text", "the JEPA world's next-token LM, mean of its final states"),
+    "world-ntp-last": ("text", "the JEPA world's next-token LM, its last token's final state"),
+    "world-untrained": ("text", "the JEPA world's text encoder, untrained (seeded)"),
+}
+
 _CACHE: dict = {}
 
 
 def list_encoders() -> list[dict]:
     """The registered names with their modality and a one-line description, plus trained checkpoints."""
     rows = [{"name": n, "modality": m, "about": a} for n, (m, a) in OFFLINE.items()]
+    rows += [{"name": n, "modality": m, "about": a} for n, (m, a) in WORLD.items()]
     rows += [{"name": p + "...", "modality": "image" if p == "hf-image:" else "any", "about": a}
              for p, a in PREFIXES.items()]
     try:
@@ -100,13 +110,18 @@ def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) ->
 
         enc = HFTextEncoder(base[len("hf-text:"):], device=device, name=name, **kw)
         cls = None
+    elif base in WORLD:
+        from captioner.encoders.world import world_encoder
+
+        enc = world_encoder(base, device=device, **kw)
+        cls = None
     elif base.startswith("jepa:"):
         from captioner.jepa.encoder import load_jepa_encoder
 
         enc = load_jepa_encoder(base[len("jepa:"):], device=device, **kw)
         cls = None
     else:
-        known = ", ".join(list(OFFLINE) + [p + "<id or path>" for p in PREFIXES])
+        known = ", ".join(list(OFFLINE) + list(WORLD) + [p + "<id or path>" for p in PREFIXES])
         raise CaptionerError(f"unknown encoder {name!r}; known: {known}")
     if cls is not None:
         enc = cls(device=device, **kw)

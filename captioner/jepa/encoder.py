@@ -27,7 +27,7 @@ class JEPAEncoder(Encoder):
     """Embeds texts (text-jepa: projected mean pool; ntp: mean of final hidden states) or images
     (image-jepa: projected global pool) with a checkpoint written by ``captioner train``."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 128):
+    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 128, pool: str | None = None):
         import torch
 
         from captioner.jepa.model import build_model
@@ -49,8 +49,10 @@ class JEPAEncoder(Encoder):
         self.name = f"jepa:{self.path}"
         self.kind = self.cfg.kind
         self.modality = "image" if self.kind == "image-jepa" else "text"
-        if self.kind == "ntp":
-            self.dim, self.pooling = self.cfg.text.dim, "mean"
+        if pool not in (None, "mean") and self.kind != "ntp":
+            raise CaptionerError(f"{self.path}: pooling {pool!r} is for next-token checkpoints only")
+        if self.kind == "ntp":   # mean of the final states, or the last token's ("last": it read the whole text)
+            self.dim, self.pooling = self.cfg.text.dim, pool or "mean"
         elif self.kind == "text-jepa":
             self.dim, self.pooling = self.cfg.text.embed_dim, "mean+proj"
         else:
@@ -62,6 +64,8 @@ class JEPAEncoder(Encoder):
 
     def extra_fingerprint(self) -> dict:
         fp = {"kind": self.kind, "preset": self.cfg.preset, "step": self.step}
+        if self.kind == "ntp" and self.pooling != "mean":
+            fp["pooling"] = self.pooling
         if self.modality == "text":
             fp["max_len"] = self.cfg.text.max_len
         else:
@@ -78,7 +82,8 @@ class JEPAEncoder(Encoder):
                 ids, _ = tokenize(batch, self.cfg.text.max_len, warn=False)
                 for i in range(0, len(ids), self.batch_size):
                     x, m = pad(ids[i: i + self.batch_size])
-                    out.append(self.model.embed(x.to(self.device), m.to(self.device)).float().cpu().numpy())
+                    kw = {"pool": self.pooling} if self.kind == "ntp" else {}
+                    out.append(self.model.embed(x.to(self.device), m.to(self.device), **kw).float().cpu().numpy())
             else:
                 from captioner.jepa.views import pil_to_uint8
 

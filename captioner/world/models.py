@@ -1,0 +1,83 @@
+"""The world's trained encoders, as the registry finds them: ``captioner world train``
+(``captioner.world.train``) trains the image JEPA, the text JEPA and the next-token LM and keeps them as
+encoders of the registry (``world-image-jepa``, ``world-text-jepa``, ``world-ntp``, ``world-ntp-last``, ``world-untrained``).
+
+A world folder ``<home>/world/<preset>-s<seed>`` holds one run folder per model and ``world.json``
+(written last: the preset, the seed, the world's fingerprint and the lab config); the encoders refuse a
+folder without it, or one trained on another world or seed.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from captioner.errors import CaptionerError
+
+# the lab's training at two scales: "lab" is the scene lab's own (12,000 scenes, 4,800 / 3,200 steps);
+# "quick" trains in about a minute on 2 cores (for tests and the CI chain), "gpu" is larger (device check)
+PRESETS = {
+    "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
+    "lab": {},
+    "gpu": {"n_train": 24000, "image_steps": 4800, "text_steps": 3200, "batch_size": 128},
+}
+# registry name -> (run folder, pooling)
+ENCODERS = {"world-image-jepa": ("image-jepa", None), "world-text-jepa": ("text-jepa", None),
+            "world-ntp": ("ntp", "mean"), "world-ntp-last": ("ntp", "last"), "world-untrained": ("untrained", None)}
+META = "world.json"
+
+
+def world_dir(preset: str, seed: int) -> Path:
+    from captioner.paths import home
+
+    return home() / "world" / f"{preset}-s{seed}"
+
+
+def train_command(preset: str, seed: int) -> str:
+    return f"captioner world train --preset {preset} --seed {seed}"
+
+
+def read_meta(folder: Path, preset: str, seed: int) -> dict:
+    """The world.json of ``folder``, checked: the same world (fingerprint), preset and seed; else a
+    one-line error naming the command that trains the right one."""
+    from captioner.world.data import fingerprint
+
+    p = Path(folder) / META
+    if not p.is_file():
+        raise CaptionerError(f"no trained world models for preset {preset!r}, seed {seed} in {folder}; "
+                             f"train them with `{train_command(preset, seed)}`")
+    meta = json.loads(p.read_text())
+    fp = fingerprint()
+    if meta.get("world") != fp:
+        raise CaptionerError(f"{folder} holds models of another world config (fingerprint {meta.get('world')}, "
+                             f"this world {fp}); delete it and run `{train_command(preset, seed)}`")
+    if meta.get("seed") != seed or meta.get("preset") != preset:
+        raise CaptionerError(f"{folder} holds the world models of preset {meta.get('preset')!r}, seed "
+                             f"{meta.get('seed')}, not {preset!r}, seed {seed}; delete it and run "
+                             f"`{train_command(preset, seed)}`")
+    return meta
+
+
+def default_preset(seed: int) -> str:
+    """The preset whose trained world exists for ``seed`` ("lab" first), or "lab" when none does."""
+    for p in ("lab", "gpu", "quick"):
+        if (world_dir(p, seed) / META).is_file():
+            return p
+    return "lab"
+
+
+def checkpoint_for(name: str, preset: str | None = None, seed: int = 0) -> tuple[Path, str | None]:
+    """(checkpoint path, pooling) of the registry encoder ``name`` (``world-text-jepa`` ...), checked."""
+    from captioner.jepa.train import load_checkpoint
+
+    if name not in ENCODERS:
+        raise CaptionerError(f"unknown world encoder {name!r}; known: {', '.join(ENCODERS)}")
+    preset = preset or default_preset(seed)
+    folder = world_dir(preset, seed)
+    read_meta(folder, preset, seed)
+    run, pool = ENCODERS[name]
+    path = folder / run / "checkpoint.pt"
+    ck = load_checkpoint(path)
+    if run != "untrained" and ck["config"].get("seed") != seed:
+        raise CaptionerError(f"{path} was trained with seed {ck['config'].get('seed')}, not {seed}; delete "
+                             f"{folder} and run `{train_command(preset, seed)}`")
+    return path, pool

@@ -1,0 +1,208 @@
+"""One seed of the world's chain: every text encoder x every rotation, scored on the world's test split.
+
+For a text encoder (the world's text JEPA, its next-token LM read at its mean or its last token, the
+untrained encoder, MiniLM-L6) and the world's image JEPA, each rotation kind of ``captioner.rotations`` is
+fitted on the train split as its setting allows (paired: the train pairs; pair-free: the renders of one set
+of scenes and the captions of another, or of the same scenes shuffled; random: nothing), then:
+
+- matcher accuracy (same scenes only): the fraction of renders the matcher paired with a caption of their
+  own scene;
+- held-out residual: test renders rotated into text space against their own captions, 1 - cos^2 of the two
+  centred point clouds (0 = one rotation and a scale apart, 1 = unrelated; the best global scale is free);
+- R@1 image -> caption: each test render against one caption of every test scene;
+- CIDEr (x100, pycocoevalcap): the nearest train-bank caption (retrieval) against the scene's 5 clean
+  captions;
+- zero-shot top-1 per attribute (colour, size, column, row, background) from text prompts alone.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+# key -> (table label, registry encoder name)
+TEXT_ENCODERS = {
+    "text-jepa": ("text JEPA (good views)", "world-text-jepa"),
+    "ntp": ("next-token LM, mean-pooled", "world-ntp"),
+    "ntp-last": ("next-token LM, last token", "world-ntp-last"),
+    "untrained": ("untrained text encoder", "world-untrained"),
+    "minilm-l6": ("MiniLM-L6 (pretrained contrastive, reference)", "minilm-l6"),
+}
+# key -> (rotation kind in captioner.rotations, its options, the data it is fitted on, table label)
+ROTATIONS = {
+    "paired": ("paired", {}, "pairs", "paired Procrustes"),
+    "pairfree-disjoint": ("pairfree", {"matcher": "ours"}, "disjoint", "pair-free ours (disjoint scenes)"),
+    "pairfree-same": ("pairfree", {"matcher": "ours"}, "same", "pair-free ours (same scenes)"),
+    "pairfree-uniform": ("pairfree", {"matcher": "ours"}, "uniform",
+                         "pair-free ours (disjoint scenes, uniform prior: unidentifiable)"),
+    "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
+    "random": ("random", {}, "same", "random rotation"),
+}
+
+
+def _l2n(X):
+    X = np.asarray(X, np.float32)
+    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
+
+
+def world_name(name: str, preset: str, seed: int) -> str:
+    """The registry name of a world encoder for ``preset`` / ``seed`` (other encoders unchanged)."""
+    return f"{name}?preset={preset}&seed={seed}" if name.startswith("world-") else name
+
+
+def embed(name: str, items, device: str = "cpu") -> np.ndarray:
+    from captioner.encoders import get_encoder
+
+    return _l2n(get_encoder(name, device=device, cache=False).encode(list(items)))
+
+
+def fit_rotation(key: str, st, X: np.ndarray, Y: np.ndarray, meta: dict):
+    """(map, matcher accuracy or None) of rotation ``key`` from train renders ``X`` and bank captions ``Y``."""
+    from captioner.rotations import ArraySource, get_kind
+
+    kind, opts, data, _ = ROTATIONS[key]
+    if data == "pairs":
+        src = ArraySource(meta=meta, X_pairs=X, Y_pairs=Y[st.pair_caption])
+    else:
+        xr, yr = getattr(st, f"{data}_images"), getattr(st, f"{data}_captions")
+        src = ArraySource(meta=meta, X=X[xr], Y=Y[yr])
+    k = get_kind(kind)
+    fitted = k.fit(src, **k.options(**opts))
+    acc = None
+    res = fitted.extra.get("result")
+    if res is not None and data == "same":
+        xs = [st.train.samples[st.same_images[i]].label for i in fitted.extra["xi"]]
+        ys = [st.bank_scene[st.same_captions[j]] for j in fitted.extra["yi"]]
+        ok = [xs[i] == ys[p] for i, p in enumerate(res.perm) if p >= 0]
+        acc = float(np.mean(ok)) if ok else None
+    return fitted.map, acc
+
+
+def held_out_residual(Q: np.ndarray, Y: np.ndarray) -> float:
+    """1 - cos^2 between the centred clouds Q (rotated renders) and Y (their captions): 0 = the same up to
+    a global scale, 1 = unrelated (anti-aligned counts as unrelated)."""
+    Qc, Yc = Q - Q.mean(0), Y - Y.mean(0)
+    c = float((Qc * Yc).sum() / max(np.linalg.norm(Qc) * np.linalg.norm(Yc), 1e-12))
+    return 1.0 - max(0.0, c) ** 2
+
+
+def _centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
+    return _l2n(A - mu)
+
+
+def score_rotation(Q: np.ndarray, ctx: dict) -> dict:
+    """Residual, R@1, the retrieved captions and zero-shot top-1 per attribute for the rotated test renders
+    ``Q`` (text space) and the text side ``ctx`` (bank, test captions, prompt heads, labels)."""
+    mu = ctx["mu"]
+    Qn = _centred(Q, mu)
+    res = {"residual": held_out_residual(Q, ctx["Y_test_pairs"])}
+    sim = Qn @ ctx["scene_caps"].T                        # (N_test, n test scenes)
+    res["r_at_1"] = float(np.mean(np.argmax(sim, 1) == ctx["scene_index"]))
+    top = np.argmax(Qn @ ctx["bank_c"].T, 1)
+    res["captions"] = [ctx["bank"][j] for j in top]
+    res["zeroshot"] = {a: float(np.mean(np.array(vals)[np.argmax(Qn @ H.T, 1)] == ctx["labels"][a]))
+                       for a, (vals, H) in ctx["heads"].items()}
+    res["zeroshot_mean"] = float(np.mean(list(res["zeroshot"].values())))
+    return res
+
+
+def text_context(name: str, st, device: str = "cpu") -> dict:
+    """The text side of one encoder: bank embeddings, the test pairs' captions, one caption per test scene
+    (R@1 candidates) and the zero-shot heads, all centred on the bank's mean."""
+    from captioner.zeroshot import head_from_embeddings
+    from eval.world.setting import attribute_labels
+
+    Yb = embed(name, st.bank, device)
+    mu = Yb.mean(0)
+    scenes = sorted({s.label for s in st.test.samples})
+    first = {}
+    for s in st.test.samples:
+        first.setdefault(s.label, s.captions[0])
+    Ysc = embed(name, [first[k] for k in scenes], device)
+    pair_txt = [s.captions[int(s.id.rsplit("-r", 1)[1]) % len(s.captions)] for s in st.test.samples]
+    heads = {}
+    for attr, rows in st.prompts.items():
+        E = embed(name, [p for _, ps in rows for p in ps], device)
+        heads[attr] = ([v for v, _ in rows], head_from_embeddings(_centred(E, mu), [len(ps) for _, ps in rows]))
+    return {"Y": Yb, "mu": mu, "bank": st.bank, "bank_c": _centred(Yb, mu), "scene_caps": _centred(Ysc, mu),
+            "scene_index": np.array([scenes.index(s.label) for s in st.test.samples]),
+            "Y_test_pairs": embed(name, pair_txt, device), "heads": heads, "labels": attribute_labels(st.test)}
+
+
+# the text-only decoder of each text encoder: trained on the train bank's captions alone (cached)
+DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "vocab_max": 2000, "lr": 2e-3,
+           "noise_std": 0.04}
+
+
+def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
+    """The text-only decoder of encoder ``name`` on the bank (``train_decoder``: reused when ``path`` holds
+    one for the same encoder and corpus, refused for another encoder)."""
+    from captioner.decoder import preset, train_decoder
+    from captioner.encoders import get_encoder
+
+    mcfg, tcfg = preset(DECODER["preset"], **{k: v for k, v in DECODER.items() if k != "preset"})
+    return train_decoder(ctx["bank"], ctx["Y"], get_encoder(name).fingerprint(), path, mcfg, tcfg,
+                         device=device, progress=False)
+
+
+def decode(dec, Q: np.ndarray, ctx: dict, temperature: float = 0.03) -> list[str]:
+    """Captions by the text-only decoder from the DeCap projection of the rotated queries onto the bank."""
+    from captioner.bank import CaptionBank
+    from captioner.retrieval import project
+
+    bank = CaptionBank(list(ctx["bank"]), ctx["Y"], dec.text_encoder)
+    return dec.generate(project(Q, bank, temperature=temperature))
+
+
+def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = "cpu", progress=None,
+             decoder_dir=None) -> list[dict]:
+    """Rows (one per text encoder x rotation) for the world models of ``preset`` / ``st.seed``; the
+    retrieved captions are in each row (``captions``, test-sample order) for CIDEr (``cider``), and with
+    ``decoder_dir`` (where the decoders are kept) the decoded ones (``decoded``)."""
+    from pathlib import Path
+
+    from captioner.encoders import get_encoder
+
+    img = world_name("world-image-jepa", preset, st.seed)
+    X = embed(img, [s.source() for s in st.train.samples], device)
+    Xt = embed(img, [s.source() for s in st.test.samples], device)
+    rows = []
+    for tk in text_keys or list(TEXT_ENCODERS):
+        name = world_name(TEXT_ENCODERS[tk][1], preset, st.seed)
+        ctx = text_context(name, st, device)
+        meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
+        dec = decoder_for(name, ctx, Path(decoder_dir) / f"decoder-s{st.seed}-{tk}.pt", device) if decoder_dir else None
+        for rk in rotation_keys or list(ROTATIONS):
+            t0 = time.time()
+            try:
+                m, acc = fit_rotation(rk, st, X, ctx["Y"], meta)
+            except Exception as e:   # e.g. POT missing or failing: the row says why, the table goes on
+                rows.append({"seed": st.seed, "text": tk, "rotation": rk, "error": f"{type(e).__name__}: {e}"})
+                continue
+            Q = np.asarray(m.transform(Xt), np.float32)
+            row = {"seed": st.seed, "text": tk, "rotation": rk, "matcher_accuracy": acc, **score_rotation(Q, ctx),
+                   "fit_seconds": round(time.time() - t0, 2)}
+            if dec is not None:
+                row["decoded"] = decode(dec, Q, ctx)
+            rows.append(row)
+            if progress:
+                progress(row)
+    return rows
+
+
+def cider(rows: list[dict], test) -> None:
+    """CIDEr (x100) of each row's retrieved (``cider_x100``) and decoded (``cider_decoded_x100``) captions
+    against the test scenes' clean captions, in place; one PTB tokenisation (one Java start) for all."""
+    from eval.coco import score_captions, tokenize
+
+    ids = [s.id for s in test.samples]
+    texts = sorted({c for r in rows for k in ("captions", "decoded") for c in r.get(k, [])}
+                   | {c for s in test.samples for c in s.captions})
+    tok = tokenize({i: [t] for i, t in enumerate(texts)})
+    index = {t: tok[i][0] for i, t in enumerate(texts)}
+    refs = {i: [index[c] for c in s.captions] for i, s in zip(ids, test.samples)}
+    for r in rows:
+        for key, out in (("captions", "cider_x100"), ("decoded", "cider_decoded_x100")):
+            if key in r:
+                preds = {i: index[c] for i, c in zip(ids, r[key])}
+                r[out] = score_captions(preds, refs, spice="off", meteor=False, tokenized=True)["CIDEr_x100"]

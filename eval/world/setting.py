@@ -1,0 +1,117 @@
+"""What the world's chain sees for one seed: the train / test splits (``captioner.world.data``), the caption
+bank (train captions only), the train pairs (for paired Procrustes only), the two unpaired settings and
+the zero-shot prompts.
+
+- **disjoint** (a user without pairs): the train scenes split by a seeded permutation into two disjoint
+  sets, 60 / 40 %; the matcher gets renders of the first and captions of the second (no scene in common,
+  unequal sizes: 6,000 renders, 5,000 captions, drawn with repetition).
+- **same** (the easy case): renders and captions of the same train scenes, shuffled apart.
+
+Both draw their scenes from one skewed prior (``PRIOR``: each attribute's values at unequal
+frequencies, as words and things have in any real collection), the same for images and captions. Under
+the uniform prior the world is symmetric: permuting the values of an attribute, or the three 3-valued
+attributes among themselves, maps the scene distribution onto itself, so about 1.9 million alignments are
+equally good for any method without pairs (6! x 2! x 3!^3 x 3!), and the right one is unidentifiable.
+**uniform** keeps that case (disjoint scenes, every render and caption once) to show it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+ATTRIBUTES = ("colour", "size", "col", "row", "background")
+# value frequencies of the unpaired sets: geometric in the value order, a ratio per attribute (distinct, so
+# that no two attributes or values share a frequency profile)
+PRIOR = {"colour": 0.55, "size": 0.3, "col": 0.45, "row": 0.25, "background": 0.12}
+N_IMAGES, N_CAPTIONS = 6000, 5000
+
+
+@dataclass
+class Setting:
+    seed: int
+    train: object            # CaptionDataset (world, train)
+    test: object             # CaptionDataset (world, test)
+    bank: list               # unique train captions
+    bank_scene: list         # the scene key of each bank caption
+    pair_caption: np.ndarray  # (len(train),) the bank row paired with each train render (paired fit only)
+    disjoint_images: np.ndarray    # train rows (renders) of the first scene set, drawn by PRIOR
+    disjoint_captions: np.ndarray  # bank rows (captions) of the second, disjoint scene set, drawn by PRIOR
+    same_images: np.ndarray        # train rows drawn by PRIOR
+    same_captions: np.ndarray      # bank rows drawn by PRIOR (independently: no pairs)
+    uniform_images: np.ndarray     # train rows of the first scene set, each once
+    uniform_captions: np.ndarray   # bank rows of the second scene set, each once
+    prompts: dict            # attribute -> [(value, [prompt, ...]), ...]
+
+
+def prompts() -> dict:
+    """Zero-shot prompts per attribute value, from the world's own words (text only): e.g. colour red ->
+    "a red disc", "a crimson dot", ...; column left -> "a disc on the left", ..."""
+    from captioner.world import scenes as W
+
+    words = {"colour": W.COLOURS, "size": W.SIZES, "col": W.COLS, "row": W.ROWS, "background": W.BACKGROUNDS}
+    out = {}
+    for attr in ATTRIBUTES:
+        rows = []
+        for value, (_, syn) in words[attr].items():
+            if attr in ("colour", "size"):
+                rows.append((value, [f"a {w} {n}" for w in syn for n in W.NOUNS]))
+            else:
+                rows.append((value, [f"a {n} {w}" for w in syn for n in W.NOUNS]))
+        out[attr] = rows
+    return out
+
+
+def setting(seed: int = 0) -> Setting:
+    """The world's data for ``seed`` (scene splits, renders and captions seeded by it)."""
+    from captioner.datasets import get_dataset
+
+    train = get_dataset("world", "train", seed=seed)
+    test = get_dataset("world", "test", seed=seed)
+    bank, bank_scene, row = [], [], {}
+    for s in train.samples:
+        for c in s.captions:
+            if c not in row:
+                row[c] = len(bank)
+                bank.append(c)
+                bank_scene.append(s.label)
+    # each render paired with one of its scene's captions in turn (render r: caption r mod 5)
+    pair_caption = np.array([row[s.captions[int(s.id.rsplit("-r", 1)[1]) % len(s.captions)]]
+                             for s in train.samples])
+    scenes = sorted({s.label for s in train.samples})
+    perm = np.random.default_rng(seed + 30_000).permutation(len(scenes))
+    first = {scenes[i] for i in perm[: int(round(0.6 * len(scenes)))]}
+    uni_img = np.array([i for i, s in enumerate(train.samples) if s.label in first])
+    uni_cap = np.array([j for j, sc in enumerate(bank_scene) if sc not in first])
+    rng = np.random.default_rng(seed + 40_000)
+    w_img = prior_weights([s.label for s in train.samples])
+    w_cap = prior_weights(bank_scene)
+
+    def draw(rows, w, n):
+        p = w[rows] / w[rows].sum()
+        return rng.choice(rows, size=n, replace=True, p=p)
+
+    every_img, every_cap = np.arange(len(train.samples)), np.arange(len(bank))
+    return Setting(seed, train, test, bank, bank_scene, pair_caption,
+                   draw(uni_img, w_img, N_IMAGES), draw(uni_cap, w_cap, N_CAPTIONS),
+                   draw(every_img, w_img, N_IMAGES), draw(every_cap, w_cap, N_IMAGES), uni_img, uni_cap, prompts())
+
+
+def prior_weights(scene_keys: list[str]) -> np.ndarray:
+    """The PRIOR probability (up to a constant) of each scene key's scene."""
+    from captioner.world import scenes as W
+
+    index = {sc.key(): sc for sc in W.all_scenes()}
+    out = np.ones(len(scene_keys))
+    for a, q in PRIOR.items():
+        rank = {v: i for i, v in enumerate(W.ATTRS[a])}
+        out *= np.array([q ** rank[getattr(index[k], a)] for k in scene_keys])
+    return out
+
+
+def attribute_labels(dataset) -> dict:
+    """attribute -> (N,) the value of each sample's scene (from its label, the scene key)."""
+    from captioner.world import scenes as W
+
+    index = {sc.key(): sc for sc in W.all_scenes()}
+    return {a: np.array([getattr(index[s.label], a) for s in dataset.samples]) for a in ATTRIBUTES}

@@ -1,0 +1,178 @@
+"""The world's table: every text encoder x rotation over seeds (mean +- std), with the issue's targets
+checked per seed. ``captioner world report`` runs ``world_report``; each seed's rows are kept as a JSON file
+(reused while the seed's models are the same), so a killed report resumes at the next seed."""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from captioner.errors import CaptionerError
+from eval.world.chain import ROTATIONS, TEXT_ENCODERS
+
+METRICS = (("matcher_accuracy", "matcher acc."), ("residual", "held-out residual"), ("r_at_1", "R@1 img->cap"),
+           ("cider_x100", "CIDEr x100 (retrieval)"), ("cider_decoded_x100", "CIDEr x100 (decoder)"),
+           ("zeroshot_mean", "zero-shot top-1 (mean of 5)"))
+
+
+def _models_key(preset: str, seed: int) -> str:
+    """A hash of the seed's trained models (their world.json): rows made with other models are redone."""
+    from captioner.world.models import META, read_meta, world_dir
+
+    folder = world_dir(preset, seed)
+    read_meta(folder, preset, seed)
+    return hashlib.sha256((folder / META).read_bytes()).hexdigest()[:12]
+
+
+def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: bool = True,
+              text_keys=None, rotation_keys=None) -> list[dict]:
+    """The rows of one seed: from ``out/seed-<seed>.json`` when made with the same models and plan, else
+    computed (``chain.run_seed`` + ``chain.cider``) and written."""
+    from captioner.paths import atomic_write_json
+    from eval.world.chain import DECODER, cider, run_seed
+    from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
+
+    key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
+           "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
+           "decoder": DECODER}
+    path = out / f"seed-{seed}.json"
+    if path.is_file():
+        old = json.loads(path.read_text())
+        if old.get("key") == key:
+            return old["rows"]
+
+    def show(r):
+        if progress:
+            print(f"[world] seed {seed} {r['text']:<10} {r['rotation']:<18} residual {r['residual']:.3f} "
+                  f"R@1 {r['r_at_1']:.3f} zero-shot {r['zeroshot_mean']:.3f} ({r['fit_seconds']} s)", flush=True)
+
+    t0 = time.time()
+    st = setting(seed)
+    rows = run_seed(st, preset, key["text"], key["rotations"], device=device, progress=show, decoder_dir=out)
+    cider(rows, st.test)
+    atomic_write_json(path, {"key": key, "rows": rows, "seconds": round(time.time() - t0, 1)})
+    return rows
+
+
+def _stat(vals) -> dict | None:
+    vals = [v for v in vals if v is not None]
+    if not vals:
+        return None
+    return {"mean": float(np.mean(vals)), "std": float(np.std(vals, ddof=1)) if len(vals) > 1 else 0.0,
+            "n": len(vals)}
+
+
+def aggregate(rows: list[dict]) -> list[dict]:
+    """One entry per (text, rotation): mean / std / n over seeds of every metric and zero-shot attribute."""
+    out = []
+    for tk in TEXT_ENCODERS:
+        for rk in ROTATIONS:
+            rs = [r for r in rows if r["text"] == tk and r["rotation"] == rk]
+            if not rs:
+                continue
+            ok = [r for r in rs if "error" not in r]
+            e = {"text": tk, "rotation": rk, "seeds": [r["seed"] for r in ok],
+                 "errors": [r["error"] for r in rs if "error" in r]}
+            for m, _ in METRICS:
+                e[m] = _stat([r.get(m) for r in ok])
+            attrs = ok[0]["zeroshot"] if ok else {}
+            e["zeroshot"] = {a: _stat([r["zeroshot"][a] for r in ok]) for a in attrs}
+            out.append(e)
+    return out
+
+
+def targets(rows: list[dict]) -> dict:
+    """The issue's targets, per seed: the text JEPA pair-free (disjoint) CIDEr >= 95% of paired and every
+    attribute's zero-shot top-1 within 2 points of paired; NTP (both) and untrained pair-free (disjoint) at
+    the random floor: CIDEr and mean zero-shot within 2 std (over seeds) of the random rotation's mean."""
+    def get(tk, rk, s):
+        return next((r for r in rows if r["text"] == tk and r["rotation"] == rk and r["seed"] == s
+                     and "error" not in r), None)
+
+    seeds = sorted({r["seed"] for r in rows})
+    jepa = []
+    for s in seeds:
+        p, f = get("text-jepa", "paired", s), get("text-jepa", "pairfree-disjoint", s)
+        if p and f:
+            gaps = {a: f["zeroshot"][a] - p["zeroshot"][a] for a in p["zeroshot"]}
+            jepa.append({"seed": s, "cider_ratio": f["cider_x100"] / max(p["cider_x100"], 1e-9),
+                         "zeroshot_gap": gaps, "met": bool(f["cider_x100"] >= 0.95 * p["cider_x100"]
+                                                           and min(gaps.values()) >= -0.02)})
+    floor = {}
+    for tk in ("ntp", "ntp-last", "untrained"):
+        for m in ("cider_x100", "zeroshot_mean"):
+            rnd = [r[m] for r in rows if r["text"] == tk and r["rotation"] == "random" and "error" not in r]
+            pf = [r[m] for r in rows if r["text"] == tk and r["rotation"] == "pairfree-disjoint" and "error" not in r]
+            if len(rnd) > 1 and pf:
+                mu, sd = float(np.mean(rnd)), float(np.std(rnd, ddof=1))
+                floor[f"{tk}/{m}"] = {"random_mean": mu, "random_std": sd, "pairfree": pf,
+                                      "met": bool(all(abs(v - mu) <= 2 * sd for v in pf))}
+    return {"text_jepa_pairfree_vs_paired": jepa, "baselines_at_random_floor": floor}
+
+
+def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "cpu", progress: bool = True,
+                 text_keys=None, rotation_keys=None) -> dict:
+    """Rows for every seed (missing models: a one-line error naming the training command), the aggregate,
+    the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``)."""
+    from captioner.paths import atomic_write_json, home
+
+    if not seeds:
+        raise CaptionerError("world report: give at least one seed")
+    out = Path(out) if out else home() / "world" / f"report-{preset}"
+    out.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys)]
+    res = {"preset": preset, "seeds": [int(s) for s in seeds],
+           "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
+           "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
+    res["examples"] = _examples(rows)
+    atomic_write_json(out / "results.json", res)
+    (out / "world.md").write_text(format_table(res) + "\n")
+    return res
+
+
+def _examples(rows: list[dict], n: int = 3) -> list[dict]:
+    """The first ``n`` test captions of seed 0's text JEPA under the paired and the disjoint pair-free map."""
+    got = {r["rotation"]: r["captions"] for r in rows if r["text"] == "text-jepa" and r["seed"] == rows[0]["seed"]
+           and "captions" in r}
+    return [{k: got[k][i] for k in ("paired", "pairfree-disjoint") if k in got} for i in range(n)] if got else []
+
+
+def _cell(st: dict | None, scale: float = 1.0, nd: int = 3) -> str:
+    if st is None:
+        return "-"
+    return f"{st['mean'] * scale:.{nd}f} +- {st['std'] * scale:.{nd}f}"
+
+
+def format_table(res: dict) -> str:
+    """Markdown: the main table, zero-shot per attribute for the text JEPA, and the targets."""
+    n = len(res["seeds"])
+    lines = [f"World preset `{res['preset']}`, seeds {res['seeds']} (mean +- std over {n}).", "",
+             "| text encoder | rotation | " + " | ".join(lab for _, lab in METRICS) + " |",
+             "| --- | --- | " + " | ".join("---:" for _ in METRICS) + " |"]
+    for e in res["table"]:
+        cells = [_cell(e[m], 1.0, 1 if m.startswith("cider") else 3) for m, _ in METRICS]
+        lab = ROTATIONS[e["rotation"]][3] + (f" ({len(e['errors'])} failed)" if e["errors"] else "")
+        lines.append(f"| {TEXT_ENCODERS[e['text']][0]} | {lab} | " + " | ".join(cells) + " |")
+    attrs = next((list(e["zeroshot"]) for e in res["table"] if e["zeroshot"]), [])
+    lines += ["", "Zero-shot top-1 per attribute (text JEPA):", "",
+              "| rotation | " + " | ".join(attrs) + " |", "| --- | " + " | ".join("---:" for _ in attrs) + " |"]
+    for e in res["table"]:
+        if e["text"] == "text-jepa" and e["zeroshot"]:
+            lines.append(f"| {ROTATIONS[e['rotation']][3]} | " + " | ".join(_cell(e["zeroshot"][a]) for a in attrs)
+                         + " |")
+    t = res["targets"]
+    lines += ["", "Targets (per seed):"]
+    for j in t["text_jepa_pairfree_vs_paired"]:
+        worst = min(j["zeroshot_gap"].items(), key=lambda kv: kv[1])
+        lines.append(f"- seed {j['seed']}: text JEPA pair-free (disjoint) CIDEr = {100 * j['cider_ratio']:.1f}% of "
+                     f"paired (target >= 95%); worst zero-shot gap {worst[0]} {100 * worst[1]:+.1f} points "
+                     f"(target >= -2) -> {'met' if j['met'] else 'MISSED'}")
+    for k, f in t["baselines_at_random_floor"].items():
+        lines.append(f"- {k} pair-free (disjoint) {', '.join(f'{v:.3f}' for v in f['pairfree'])} vs random "
+                     f"{f['random_mean']:.3f} +- {f['random_std']:.3f} (target: within 2 std) -> "
+                     f"{'met' if f['met'] else 'MISSED'}")
+    return "\n".join(lines)
