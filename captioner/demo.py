@@ -617,11 +617,37 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                          [al_table, al_plot, al_scaling, al_summary, al_status], api_name="alignment",
                          preprocess=False)
 
+        world_tab(gr)
+
     set_serving_threads(torch_threads)
     app.queue(default_concurrency_limit=concurrency_limit, max_size=QUEUE_MAX_SIZE)
     app.handlers = h
     app.examples = examples
     return app
+
+
+def world_tab(gr) -> None:
+    """The World tab: a random held-out scene of the JEPA world, captioned through the pair-free and the
+    paired rotation beside its true description (``captioner.world.demo``; needs `captioner world train`)."""
+    from captioner.errors import CaptionerError
+
+    def draw():
+        from captioner.world.demo import world_example
+
+        try:
+            ex = world_example()
+        except CaptionerError as e:
+            return None, f"**{e}**"
+        return ex["image"], (f"**pair-free rotation:** {ex['pairfree']}  \n**paired rotation:** {ex['paired']}"
+                             f"  \n**true description:** {ex['truth']}  \n(scene `{ex['scene']}`)")
+
+    with gr.Tab("World", id="world-tab"):
+        gr.Markdown("The JEPA world: JEPAs trained apart on renders and on captions, one rotation between them.")
+        w_btn = gr.Button("Draw a held-out scene", variant="primary", elem_id="world-btn")
+        with gr.Row():
+            w_image = gr.Image(type="pil", label="Render", interactive=False, elem_id="world-image", height=200)
+            w_text = gr.Markdown(elem_id="world-captions")
+        w_btn.click(draw, [], [w_image, w_text], api_name="world")
 
 
 def launch(app, host: str = "127.0.0.1", port: int | None = 7860, block: bool = True, quiet: bool = False):

@@ -99,6 +99,16 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
         assert 0 <= e["residual"]["mean"] <= 1 and 0 <= e["r_at_1"]["mean"] <= 1 and e["cider_x100"]["mean"] >= 0
         assert e["matcher_accuracy"] is None and set(e["zeroshot"]) == {"colour", "size", "col", "row", "background"}
     assert len(res["targets"]["text_jepa_pairfree_vs_paired"]) == 1
+    from eval.world.table import world_section
+
+    sec = world_section()                       # what `captioner report` appends
+    assert sec.startswith("## The JEPA world") and "| text JEPA (good views) | paired Procrustes |" in sec
+
+    # the demo's World tab: a held-out scene, its render, captions through both rotations, its description
+    from captioner.world.demo import world_example
+
+    ex = world_example(5, preset="quick")
+    assert ex["image"].size == (160, 160) and ex["truth"] and ex["paired"] and ex["pairfree"]
 
     # the registry's encoders: the NTP read at its last token differs from its mean (same checkpoint)
     texts = ["A big red disc on the left.", "A small blue dot at the top."]

@@ -181,4 +181,10 @@ def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset,
         click.echo(json.dumps(rep["json"], indent=2))
         return
     click.echo(rep["markdown"])
+    from eval.world.table import world_section
+
+    world = world_section()   # the JEPA world's table, when `captioner world report` has made one
+    if world:
+        (out / "world.md").write_text(world + "\n")
+        click.echo("\n" + world)
     click.echo(f"\nwritten: {rep['files']['markdown']} and {rep['files']['json']} ({time.time() - t0:.0f} s)")

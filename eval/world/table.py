@@ -176,3 +176,16 @@ def format_table(res: dict) -> str:
                      f"{f['random_mean']:.3f} +- {f['random_std']:.3f} (target: within 2 std) -> "
                      f"{'met' if f['met'] else 'MISSED'}")
     return "\n".join(lines)
+
+
+def world_section() -> str | None:
+    """The latest ``captioner world report`` table as a Markdown section (for ``captioner report``), or None
+    when no world report exists under the home."""
+    from captioner.paths import home
+
+    found = sorted((home() / "world").glob("report-*/results.json"), key=lambda p: p.stat().st_mtime)
+    if not found:
+        return None
+    res = json.loads(found[-1].read_text())
+    return (f"## The JEPA world (`captioner world report --preset {res['preset']} --seeds "
+            f"{','.join(map(str, res['seeds']))}`)\n\n" + format_table(res))

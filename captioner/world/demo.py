@@ -1,0 +1,43 @@
+"""The demo's World tab: a random held-out scene of the JEPA world, its render, its caption through the
+paired and the pair-free rotation (the ``Pipeline`` of the world's image and text JEPAs, trained on the
+world's train split: the same code as for Tux Paint) and its true description."""
+from __future__ import annotations
+
+import threading
+
+_PIPES: dict = {}
+_LOCK = threading.Lock()
+
+
+def world_pipeline(preset: str | None = None, seed: int = 0):
+    """One Pipeline per (preset, seed): world image JEPA -> world text JEPA, bank = the train captions."""
+    from captioner.datasets import get_dataset
+    from captioner.pipeline import Pipeline
+    from captioner.world.models import default_preset
+
+    preset = preset or default_preset(seed)
+    with _LOCK:
+        if (preset, seed) not in _PIPES:
+            q = f"?preset={preset}&seed={seed}"
+            _PIPES[(preset, seed)] = Pipeline(f"world-image-jepa{q}", f"world-text-jepa{q}", progress=False,
+                                              train_set=get_dataset("world", "train", seed=seed),
+                                              exclude=get_dataset("world", "test", seed=seed).captions(),
+                                              decoder_corpus="bank", decoder_preset="tiny")
+        return _PIPES[(preset, seed)]
+
+
+def world_example(index: int | None = None, preset: str | None = None, seed: int = 0) -> dict:
+    """A held-out scene (test split; ``index`` or a random one): {"image", "scene", "truth", "paired",
+    "pairfree"} with the top retrieved caption through each rotation."""
+    import random
+
+    from captioner.datasets import get_dataset
+
+    test = get_dataset("world", "test", seed=seed)
+    i = random.randrange(len(test)) if index is None else int(index) % len(test)
+    s = test.samples[i]
+    im = s.source().resize((160, 160), 0)       # nearest: the 32-px render, shown large
+    pipe = world_pipeline(preset, seed)
+    got = {r: pipe.caption([s.source()], top_k=1, rotation=r, decode=False)[0]["caption"]
+           for r in ("paired", "pairfree")}
+    return {"image": im, "scene": s.label, "truth": s.captions[0], **got}
