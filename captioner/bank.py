@@ -212,6 +212,42 @@ def classname_captions(label_set: str = "imagenet1k") -> list[str]:
     return out
 
 
+CORPUS_FORMAT = 1  # bump when what decoder_corpus computes changes, so that cached corpora are rebuilt
+
+
+def _corpus_sources(extra: tuple, n_cupl: int) -> list[tuple]:
+    """(name, key, make) per corpus source: ``key`` says what the source's texts are made from, cheaply
+    (a dataset's content hash; for emoji, which take ~1.6 s to scan, the font file, PIL and the Unicode
+    database); ``make()`` builds its CaptionDataset. Sources whose data is missing are left out."""
+    import unicodedata
+
+    from captioner.datasets import EMOJI_FONT, get_dataset
+
+    out = []
+    if "tuxpaint" in extra:
+        for split in ("train", "val"):
+            ds = get_dataset("tuxpaint", split=split)
+            out.append((f"tuxpaint/{split}", ds.key(), lambda ds=ds: ds))
+    if "emoji" in extra and EMOJI_FONT.exists():
+        import PIL
+
+        from captioner.encoders.base import hash_files
+
+        key = [hash_files([EMOJI_FONT]), PIL.__version__, unicodedata.unidata_version]
+        out.append(("emoji/all", key, lambda: get_dataset("emoji", split="all")))
+    for name, want, texts in (("imagenet", True, lambda: classname_captions("imagenet1k")),
+                              ("cupl", n_cupl > 0, lambda: cupl_sentences(n_cupl))):
+        if name in extra and want:
+            try:
+                t = texts()
+            except CaptionerError:
+                continue  # the asset is optional; the corpus is just smaller without it
+            split = "imagenet1k" if name == "imagenet" else f"sample{n_cupl}"
+            ds = text_dataset("classnames" if name == "imagenet" else name, split, t)
+            out.append((f"{ds.name}/{split}", ds.key(), lambda ds=ds: ds))
+    return out
+
+
 def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpaint", "emoji", "imagenet", "cupl"),
                    n_cupl: int = 2000, progress: bool = True, device: str = "cpu"):
     """The text the decoder learns to reconstruct: Tux Paint train (+ val) captions, emoji names, short
@@ -219,29 +255,55 @@ def decoder_corpus(text_encoder="minilm-l6", exclude=(), extra: tuple = ("tuxpai
     minus ``exclude`` (the evaluated captions). The class-name captions teach it to spell many nouns from
     their embeddings, which is what a one-object caption needs; CuPL adds longer sentences.
 
+    The result is cached under ``$CAPTIONER_HOME/corpus``, keyed by the text-encoder fingerprint, each
+    source's key (``_corpus_sources``), ``exclude`` and ``CORPUS_FORMAT``: a warm call reads one file
+    instead of scanning the emoji font and merging five embedding caches.
+
     Returns (texts list[str], E (N, D) float32, sources list[dict]).
     """
-    from captioner.datasets import get_dataset
+    import json
+
     from captioner.encoders import get_encoder
+    from captioner.paths import subdir
 
     enc = get_encoder(text_encoder, device=device) if isinstance(text_encoder, str) else text_encoder
-    sets = []
-    if "tuxpaint" in extra:
-        sets += [get_dataset("tuxpaint", split="train"), get_dataset("tuxpaint", split="val")]
-    if "emoji" in extra:
-        try:
-            sets.append(get_dataset("emoji", split="all"))
-        except CaptionerError:
-            pass  # the emoji font is optional; the corpus is just smaller without it
-    if "imagenet" in extra:
-        try:
-            sets.append(text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k")))
-        except CaptionerError:
-            pass
-    if "cupl" in extra and n_cupl > 0:
-        try:
-            sets.append(text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl)))
-        except CaptionerError:
-            pass
-    bank = build_bank(enc, sets, exclude=exclude, progress=progress)
+    fp = enc.fingerprint()
+    sources = _corpus_sources(tuple(extra), n_cupl)
+    recipe = {"v": CORPUS_FORMAT, "encoder": fp, "sources": [[n, k] for n, k, _ in sources],
+              "exclude": sorted({normalize_caption(c) for c in exclude})}
+    key = hashlib.sha256(json.dumps(recipe, sort_keys=True, default=str).encode()).hexdigest()[:16]
+    path = subdir("corpus") / f"decoder-corpus-{key}.safetensors"
+    hit = _load_corpus(path, key)
+    if hit is not None:
+        return hit
+    bank = build_bank(enc, [make() for _, _, make in sources], exclude=exclude, progress=progress)
+    _save_corpus(path, key, bank)
     return bank.texts, bank.E, bank.sources
+
+
+def _load_corpus(path, key: str):
+    """(texts, E, sources) from a cached corpus file, or None when absent or unreadable."""
+    import json
+
+    side = path.with_suffix(".json")
+    try:
+        from safetensors.numpy import load_file
+
+        meta = json.loads(side.read_text())
+        E = load_file(str(path))["E"]
+    except (OSError, ValueError, KeyError):
+        return None
+    if meta.get("key") != key or len(meta.get("texts", ())) != len(E):
+        return None
+    return list(meta["texts"]), E, list(meta["sources"])
+
+
+def _save_corpus(path, key: str, bank: CaptionBank) -> None:
+    """Write the corpus (embeddings first, then the sidecar that makes it valid), atomically."""
+    from safetensors.numpy import save
+
+    from captioner.paths import atomic_write_bytes, atomic_write_json
+
+    atomic_write_bytes(path, save({"E": np.ascontiguousarray(bank.E, np.float32)}))
+    atomic_write_json(path.with_suffix(".json"), {"key": key, "texts": list(bank.texts),
+                                                  "sources": list(bank.sources)})

@@ -56,7 +56,10 @@ def cli():
 
 
 def main(argv=None):
+    from captioner.threads import configure
+
     try:
+        configure()  # thread counts and spinning, before any command imports torch
         return cli.main(args=argv, prog_name="captioner", standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("Aborted.", err=True)

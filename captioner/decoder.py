@@ -428,6 +428,9 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     -------
     Decoder, in eval mode.
     """
+    from captioner.threads import configure
+
+    configure()  # before torch: thread count and spinning for a shared CPU
     import torch
     import torch.nn.functional as F
     from tqdm.auto import tqdm

@@ -325,12 +325,32 @@ class Pipeline:
             key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
                                     vocab_priority=len(self.bank()))
             path = subdir("checkpoints") / f"decoder-{slug(self.text_encoder, 40)}-{self.decoder_preset}-{key}.pt"
+            serve_onnx = self.beam <= 1 and self.device == "cpu" and path.exists()
+            if serve_onnx:  # greedy on CPU: the onnx export of the checkpoint, if made, spares importing torch
+                from captioner.decoder_onnx import load_onnx_decoder
+
+                self._decoder = load_onnx_decoder(path, enc.fingerprint())
+                if self._decoder is not None:
+                    return self._decoder
             if not path.exists() or not _complete(path):
                 self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
                           f"{tcfg.steps} steps) -> {path}")
             self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
                                           progress=self.progress, vocab_priority=len(self.bank()))
+            if self.beam <= 1 and self.device == "cpu" and _complete(path):
+                self._export_decoder(path)
             return self._decoder
+
+    def _export_decoder(self, path: Path) -> None:
+        """Export the trained decoder for onnxruntime (next runs load that); a failure only costs speed."""
+        try:
+            from captioner.decoder_onnx import export_decoder
+
+            export_decoder(self._decoder, path)
+        except Exception as e:  # noqa: BLE001 - e.g. no onnxruntime: the torch decoder serves
+            import logging
+
+            logging.getLogger(__name__).warning("decoder: no onnx export (%s); decoding in torch", e)
 
     # -- building blocks on embeddings -----------------------------------------------------------------
     def encode_images(self, images) -> np.ndarray:

