@@ -188,15 +188,67 @@ def write_results(path: str | Path, preds: dict) -> Path:
 
 
 def read_results(path: str | Path) -> dict:
-    """Read a COCO results file back into ``{str(image_id): caption}``."""
+    """Read a COCO results file back into ``{str(image_id): caption}``. One-line errors for a file that is not
+    JSON, not a list of ``{"image_id", "caption"}``, has a missing or empty caption, or an id twice."""
     try:
         rows = json.loads(Path(path).read_text())
     except (OSError, ValueError) as e:
         raise CaptionerError(f"{path}: cannot read COCO results ({e})") from None
-    if not isinstance(rows, list) or not all(isinstance(r, dict) and {"image_id", "caption"} <= set(r)
-                                             for r in rows):
+    if not isinstance(rows, list) or not all(isinstance(r, dict) and "image_id" in r for r in rows):
         raise CaptionerError(f"{path}: not a COCO results file (expected [{{'image_id', 'caption'}}, ...])")
-    return {str(r["image_id"]): r["caption"] for r in rows}
+    out = {}
+    for i, r in enumerate(rows):
+        cap = r.get("caption")
+        if not isinstance(cap, str) or not cap.strip():
+            raise CaptionerError(f"{path}: entry {i} (image_id {r['image_id']!r}) has "
+                                 + ("no caption" if cap is None or "caption" not in r else "an empty caption")
+                                 + "; every entry needs a non-empty 'caption' string")
+        k = str(r["image_id"])
+        if k in out:
+            raise CaptionerError(f"{path}: image_id {r['image_id']!r} appears twice (entries give one caption "
+                                 "per image)")
+        out[k] = cap
+    return out
+
+
+def read_annotations(path: str | Path) -> dict:
+    """Reference captions from an official COCO captions file (``{"annotations": [{"image_id", "caption"}],
+    ...}``) as ``{str(image_id): [captions]}``."""
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise CaptionerError(f"{path}: cannot read COCO annotations ({e})") from None
+    anns = data.get("annotations") if isinstance(data, dict) else None
+    if not isinstance(anns, list) or not all(isinstance(a, dict) and "image_id" in a for a in anns):
+        raise CaptionerError(f"{path}: not a COCO captions file (expected {{'annotations': [{{'image_id', "
+                             "'caption'}, ...]}, as captions_val2014.json)")
+    refs: dict = {}
+    for a in anns:
+        c = a.get("caption")
+        if isinstance(c, str) and c.strip():
+            refs.setdefault(str(a["image_id"]), []).append(c)
+    if not refs:
+        raise CaptionerError(f"{path}: no non-empty reference caption")
+    return refs
+
+
+def score_files(results: str | Path, annotations: str | Path, meteor: bool = True, spice: str = "auto") -> dict:
+    """Score a COCO results file against a COCO captions file (any captioner's predictions, the official
+    scorer). Every predicted id must have references; annotated images without a prediction are reported."""
+    preds, refs = read_results(results), read_annotations(annotations)
+    missing = [k for k in preds if k not in refs]
+    if missing:
+        raise CaptionerError(f"{results}: {len(missing)} image id(s) are not in {annotations} "
+                             f"(first: {missing[0]!r}); predictions and annotations must be the same split")
+    metrics = score_captions(preds, {k: refs[k] for k in preds}, spice=spice, meteor=meteor)
+    metrics.pop("CIDEr_per_image")
+    unpredicted = len(set(refs) - set(preds))
+    if unpredicted:
+        metrics["notes"].append(f"{unpredicted} annotated image(s) have no prediction: scored on the "
+                                f"{len(preds)} predicted")
+    return {"name": Path(results).name, "results": str(results), "annotations": str(annotations),
+            "scale_note": "CIDEr: pycocoevalcap scale (0-10); CIDEr_x100: the papers' scale; others 0-1",
+            "metrics": metrics}
 
 
 # ---------------------------------------------------------------------------------------------------------
