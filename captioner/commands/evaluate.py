@@ -82,27 +82,59 @@ def cli():
 @click.option("--meteor/--no-meteor", default=True, show_default=True, help="METEOR starts a 2 GB JVM (~10 s).")
 @click.option("--spice", type=click.Choice(["auto", "on", "off"]), default="auto", show_default=True)
 @click.option("--out", type=click.Path(), default=None, help="Results folder (default under $CAPTIONER_HOME/runs).")
+@click.option("--results", type=click.Path(), default=None,
+              help="Score this COCO results file ([{image_id, caption}], any captioner's) instead of captioning; "
+                   "needs --annotations.")
+@click.option("--annotations", type=click.Path(), default=None,
+              help="With --results: the COCO captions file (captions_<split>.json) holding the references.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
 def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device, beam, decode_input, decoder_preset,
-             train_limit, test_limit, pairfree_max, meteor, spice, out, as_json, quiet):
+             train_limit, test_limit, pairfree_max, meteor, spice, out, results, annotations, as_json, quiet):
     """Caption the evaluation split, write the predictions in the COCO results format
     ([{"image_id", "caption"}]) and score them with pycocoevalcap: BLEU-1..4, METEOR, ROUGE-L, CIDEr
-    (0-10 as pycocoevalcap gives it, and x100 as papers print it), SPICE only when its jars are present."""
-    from eval.coco import evaluate, format_table
+    (0-10 as pycocoevalcap gives it, and x100 as papers print it), SPICE only when its jars are present.
+
+    With --results FILE --annotations FILE: score those predictions (yours or any system's) instead;
+    the metrics go to --out (a JSON file) only when scoring succeeded."""
+    from eval.coco import evaluate
+
+    if results or annotations:
+        _score_files_cli(results, annotations, meteor, spice, out, as_json)
+        return
 
     pipe, test = build_eval_pipeline(coco_root, image_encoder, text_encoder, device, not quiet, beam,
                                      decoder_preset, train_limit, test_limit, pairfree_max, decode_input)
     out = Path(out) if out else _runs_dir("eval-coco", f"{test.name}-{test.split}", f"{captioner}-{rotation}",
                                           f"{image_encoder}--{text_encoder}")
     res = evaluate(pipe, test, rotation=rotation, captioner=captioner, out_dir=out, meteor=meteor, spice=spice)
+    if not _show(res, as_json, f"{test.name}/{test.split}: {captioner}, rotation {rotation}"):
+        click.echo(f"results: {res['files']['results']}")
+
+
+def _show(res: dict, as_json: bool, title: str) -> bool:
+    """Print one scored run as JSON or as a table with its notes; True when JSON was printed."""
+    from eval.coco import format_table
+
     if as_json:
         click.echo(json.dumps(res, indent=2))
-        return
-    click.echo(format_table([res], title=f"{test.name}/{test.split}: {captioner}, rotation {rotation}"))
+        return True
+    click.echo(format_table([res], title=title))
     for note in res["metrics"]["notes"]:
         click.echo(f"note: {note}")
-    click.echo(f"results: {res['files']['results']}")
+    return False
+
+
+def _score_files_cli(results, annotations, meteor, spice, out, as_json):
+    from captioner.paths import atomic_write_json
+    from eval.coco import score_files
+
+    if not (results and annotations):
+        raise click.UsageError("--results and --annotations go together (predictions and their references)")
+    res = score_files(results, annotations, meteor=meteor, spice=spice)
+    if out:
+        atomic_write_json(Path(out), res)
+    _show(res, as_json, f"{results} against {annotations}")
 
 
 @cli.command("zeroshot")
