@@ -14,7 +14,8 @@ setup-dev:
 	bash scripts/setup.sh --dev
 
 # Main job: caption the embedded Tux Paint test split with paired and pair-free rotations, score it with
-# pycocoevalcap, and classify zero-shot.
+# pycocoevalcap, and classify zero-shot; then embed the default caption bank (what the first `captioner caption`
+# needs) and score the captioners on the GCompris / openclipart validation photos.
 eval: setup
 	$(PY) -m captioner eval coco --rotation paired --json
 	$(PY) -m captioner eval coco --rotation pairfree --json
@@ -22,6 +23,7 @@ eval: setup
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode paired --json
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode pairfree --json
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode head --json
+	$(PY) -m eval.photos_val --out $${CAPTIONER_HOME:-$$HOME/.cache/captioner}/runs/photos-val.json
 
 # The whole test suite, slow (real models, training) and browser tests included.
 test: setup-dev

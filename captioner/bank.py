@@ -307,3 +307,104 @@ def _save_corpus(path, key: str, bank: CaptionBank) -> None:
     atomic_write_bytes(path, save({"E": np.ascontiguousarray(bank.E, np.float32)}))
     atomic_write_json(path.with_suffix(".json"), {"key": key, "texts": list(bank.texts),
                                                   "sources": list(bank.sources)})
+
+
+# ---------------------------------------------------------------------------------------------------------
+# The default caption bank for everyday photos, and user banks
+# ---------------------------------------------------------------------------------------------------------
+
+DEFAULT_BANK_LIMIT = 20_000  # the default bank's size (see docs/results/captions.md for the measurement)
+MAX_BANK_BYTES = 2 << 30  # a user bank whose embeddings would pass this is refused (suggest --bank-limit)
+
+
+def wordnet_gloss_captions() -> list[str]:
+    """ "<class name>, <WordNet gloss>." for each ImageNet-1k class (timm's data files)."""
+    from captioner.assets import classnames, imagenet_synsets, synset_definitions
+
+    defs = synset_definitions()
+    return [f"{n}, {defs[w]}." for n, w in zip(classnames("imagenet1k"), imagenet_synsets()) if defs.get(w)]
+
+
+def default_bank_parts(n_cupl: int = 2000) -> list:
+    """The default bank's parts as CaptionDatasets, most important first (a limit keeps a prefix): the 1000
+    ImageNet class names as "A <name>." / "A photo of a <name>.", Tux Paint, openclipart and GCompris train
+    captions, emoji names, the WordNet glosses of the ImageNet classes, and ``n_cupl`` CuPL sentences. The
+    class names, Tux Paint, emoji and CuPL parts are the decoder corpus's own datasets, so they share its
+    embedding cache. Missing optional parts (no emoji font, no openclipart) are left out."""
+    from captioner.datasets import get_dataset
+
+    parts = [text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k"))]
+    for ds, split in (("tuxpaint", "train"), ("openclipart", "train"), ("gcompris", "train"), ("emoji", "all")):
+        try:
+            parts.append(get_dataset(ds, split=split))
+        except CaptionerError:
+            continue
+    parts.append(text_dataset("wordnet-glosses", "imagenet1k", wordnet_gloss_captions()))
+    if n_cupl > 0:
+        parts.append(text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl)))
+    return parts
+
+
+def read_bank_file(path, limit: int | None = None, dim: int = 384) -> list[str]:
+    """A user bank: one caption per line (UTF-8; blank lines skipped). One-line errors for a missing, empty,
+    binary or too-large file; ``limit`` keeps the first ``limit`` captions."""
+    from pathlib import Path
+
+    p = Path(path)
+    if not p.is_file():
+        raise CaptionerError(f"bank file {p}: not found (give a text file with one caption per line, or a "
+                             "dataset name)")
+    with open(p, "rb") as f:
+        head = f.read(8192)
+    if b"\x00" in head:
+        raise CaptionerError(f"bank file {p}: binary data, not text; give a UTF-8 text file with one caption "
+                             "per line")
+    out = []
+    with open(p, encoding="utf-8", errors="strict") as f:
+        try:
+            for line in f:
+                line = " ".join(line.split())
+                if line:
+                    out.append(line)
+                    if limit and len(out) >= limit:
+                        break
+                    if len(out) * dim * 4 * 2 > MAX_BANK_BYTES:
+                        raise CaptionerError(f"bank file {p}: over {len(out):,} captions, more than the "
+                                             f"{MAX_BANK_BYTES >> 30} GiB of embeddings allowed; pass "
+                                             "--bank-limit N to keep the first N")
+        except UnicodeDecodeError as e:
+            raise CaptionerError(f"bank file {p}: not UTF-8 text ({e.reason} at byte {e.start} of a line); "
+                                 "give a UTF-8 text file with one caption per line") from None
+    if not out:
+        raise CaptionerError(f"bank file {p}: no captions (the file is empty or blank)")
+    return out
+
+
+def bank_sets(spec: str = "default", limit: int | None = None):
+    """The CaptionDatasets a bank ``spec`` is made of (each embedded through the cache on its own):
+    "default" (``default_bank_parts`` up to ``limit`` captions, default ``DEFAULT_BANK_LIMIT``), a dataset name
+    ("tuxpaint": its train split; "emoji": all), or a text file with one caption per line."""
+    from pathlib import Path
+
+    from captioner.datasets import DATASETS, get_dataset
+
+    if spec == "default":
+        left = DEFAULT_BANK_LIMIT if limit is None else int(limit)
+        sets = []
+        for ds in default_bank_parts():
+            if left <= 0:
+                break
+            n = len(ds.captions())
+            if n > left:  # a prefix of this part: its own cache entry
+                ds = text_dataset(f"{ds.name}-{ds.split}", f"first{left}", ds.captions()[:left])
+                n = left
+            sets.append(ds)
+            left -= n
+        return sets
+    if spec in DATASETS and not Path(spec).is_file():
+        ds = get_dataset(spec, split="all" if spec == "emoji" else "train")
+        if limit:
+            ds.samples = ds.samples[: int(limit)]
+        return [ds]
+    texts = read_bank_file(spec, limit=limit)
+    return [text_dataset("bank-file", hashlib.sha256("\n".join(texts).encode()).hexdigest()[:10], texts)]

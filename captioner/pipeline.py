@@ -92,7 +92,8 @@ class Pipeline:
                  device: str = "cpu", progress: bool = True, *, train_set=None, exclude=None,
                  decoder_preset: str = "small", decoder_corpus: str = "default", rotation_files: dict | None = None,
                  beam: int = 1, decode_input: str = "projection", temperature: float = 0.03,
-                 pairfree_max: int = 2000, n_cupl: int = 2000, decoder_overrides: dict | None = None):
+                 pairfree_max: int = 2000, n_cupl: int = 2000, decoder_overrides: dict | None = None,
+                 bank: str | None = None, bank_limit: int | None = None):
         if decode_input not in ("projection", "rotation"):
             raise CaptionerError(f"decode_input must be 'projection' or 'rotation', not {decode_input!r}")
         self.image_encoder = image_encoder
@@ -113,6 +114,7 @@ class Pipeline:
         self._lock = threading.RLock()
         self._enc: dict = {}
         self._bank = None
+        self.bank_spec, self.bank_limit, self._cbank = bank, bank_limit, None
         self._pairs = None
         self._maps: dict = {}
         self._decoder = None
@@ -208,6 +210,21 @@ class Pipeline:
                                         progress=self.progress, device=self.device)
             return self._bank
 
+    def caption_bank(self):
+        """The bank captions are retrieved from: ``bank()`` (the train captions the maps are fitted with) unless
+        the pipeline was given ``bank=`` ("default": the broad bank of ``captioner.bank.bank_sets``, a dataset
+        name, or a file), built once through the embedding cache, minus ``exclude``."""
+        if self.bank_spec in (None, "train"):
+            return self.bank()
+        from captioner.bank import bank_sets, build_bank
+
+        with self._lock:
+            if self._cbank is None:
+                self._log(f"caption bank: {self.bank_spec} (limit {self.bank_limit or 'default'}), {self.text_encoder}")
+                self._cbank = build_bank(self.encoder("text"), bank_sets(self.bank_spec, self.bank_limit),
+                                         exclude=self.exclude, progress=self.progress, device=self.device)
+            return self._cbank
+
     def train_pairs(self):
         """(X (N, D_img), Y (N, D_txt), sample_ids) of the train set, through the embedding cache; pairs whose
         caption is excluded are dropped too."""
@@ -216,7 +233,7 @@ class Pipeline:
 
         with self._lock:
             if self._pairs is None:
-                self._log(f"train pairs: embedding {self.train_set.name}/{self.train_set.split} images with "
+                self._log(f"train set: embedding {self.train_set.name}/{self.train_set.split} images with "
                           f"{self.image_encoder}")
                 xs = embed(self.encoder("image"), self.train_set, "image", progress=self.progress)
                 ts = embed(self.encoder("text"), self.train_set, "text", progress=self.progress)
@@ -395,7 +412,7 @@ class Pipeline:
         """Text-space queries (N, D_txt) -> caption dicts (without the encode timing)."""
         from captioner.retrieval import retrieve
 
-        bank = self.bank()
+        bank = self.caption_bank()
         t0 = time.perf_counter()
         idx, sc = retrieve(Q, bank, top_k)
         t_ret = _ms(t0) / max(1, len(Q))

@@ -13,7 +13,10 @@ whole word or phrase one of the *subject terms* of L:
 3. for each of those nouns, the synonyms of its first WordNet noun sense and its hypernyms up to
    ``HYPERNYM_DEPTH`` (2) levels up (instance hypernyms included: Taj Mahal -> mausoleum -> tomb; cat ->
    true cat, feline -> carnivore), less ``GENERIC`` (entity, object, animal, artifact, structure, device,
-   container ... : a caption that says only "an animal" does not name a giraffe).
+   container ... : a caption that says only "an animal" does not name a giraffe);
+4. or a more specific noun: a caption noun whose first WordNet sense has the label's head noun (or one of
+   its first-sense synonyms, not its hypernyms) among its hypernyms up to ``HYPONYM_DEPTH`` (8) levels:
+   "goldfish" and "tench" name a "fish", "Egyptian cat" names a "cat"; "tiger" does not name a "jaguar".
 
 WordNet is read from Debian's ``wordnet-base`` (``/usr/share/wordnet``, the documented ``wndb(5)`` format).
 """
@@ -27,6 +30,7 @@ from captioner.errors import CaptionerError
 
 WORDNET_DIR = Path("/usr/share/wordnet")
 HYPERNYM_DEPTH = 2
+HYPONYM_DEPTH = 8
 GENERIC = frozenset("""
 entity physical_entity abstraction object whole thing artifact artefact unit part piece matter substance
 organism being living_thing animal animate_being beast brute creature fauna person individual someone somebody
@@ -36,7 +40,7 @@ solid foodstuff food_product produce group collection set system line article ma
 clip clipart clip_art art icon drawing illustration picture image photo photograph symbol sign cartoon simple
 style black white red green blue yellow orange brown grey gray pink purple gold silver color colour light dark
 big small little old new top side front back view left right one two three man woman boy girl
-vertebrate craniate chordate invertebrate mammal mammalian placental eutherian bird fish
+vertebrate craniate chordate invertebrate mammal mammalian placental eutherian
 """.replace("?", "").split())
 
 
@@ -125,24 +129,51 @@ def subject_terms(label: str, extra: tuple = ()) -> frozenset:
     heads |= {"_".join(base_form(w) for w in _words(e)) for e in extra}
     terms = set(heads)
     for h in heads:
-        syns = _index().get(h)
-        if not syns:
-            continue
-        lemmas, hyper = _synset(syns[0])
-        terms |= set(lemmas)
-        frontier = list(hyper)
-        for _ in range(HYPERNYM_DEPTH):
-            nxt = []
-            for off in frontier:
-                lem, hy = _synset(off)
-                terms |= set(lem)
-                nxt += hy
-            frontier = nxt
+        terms |= _ancestors(h, HYPERNYM_DEPTH)
     return frozenset(t for t in terms if t and t not in GENERIC)
 
 
+@lru_cache(maxsize=50_000)
+def _ancestors(term: str, depth: int = HYPONYM_DEPTH) -> frozenset:
+    """Lemmas of the first noun sense of ``term`` and of its hypernyms up to ``depth`` levels."""
+    syns = _index().get(term)
+    if not syns:
+        return frozenset()
+    out, frontier = set(), [syns[0]]
+    for _ in range(depth + 1):
+        nxt = []
+        for off in frontier:
+            lem, hy = _synset(off)
+            out |= set(lem)
+            nxt += hy
+        frontier = nxt
+    return frozenset(out)
+
+
+@lru_cache(maxsize=20_000)
+def _label_synonyms(label: str, extra: tuple = ()) -> frozenset:
+    """The label's head nouns and their first-sense synonyms (no hypernyms): what a hyponym must reach."""
+    terms = subject_terms(label, extra)
+    return frozenset(t for t in terms if any(t in _synset(o)[0] for o in _index().get(t, [])[:1])
+                     and t not in _hypernyms_only(label, extra))
+
+
+def _hypernyms_only(label: str, extra: tuple) -> frozenset:
+    words = [base_form(w) for w in _words(label)]
+    heads = {"_".join(words)} | set(words) | {"_".join(base_form(w) for w in _words(e)) for e in extra}
+    out = set()
+    for h in heads:
+        syns = _index().get(h)
+        if syns:
+            lem = set(_synset(syns[0])[0])
+            out |= set(_ancestors(h, HYPERNYM_DEPTH)) - lem - heads
+    return frozenset(out)
+
+
 def names_subject(caption: str, label: str, extra: tuple = ()) -> bool:
-    """True when ``caption`` contains one of ``subject_terms(label, extra)`` as a word or phrase."""
+    """True when ``caption`` contains one of ``subject_terms(label, extra)`` as a word or phrase, or a more
+    specific noun whose WordNet hypernyms (up to ``HYPONYM_DEPTH`` levels) reach the label's head noun or one
+    of its synonyms ("goldfish" names a "fish")."""
     terms = subject_terms(label, tuple(extra))
     if not terms:
         return False
@@ -150,7 +181,10 @@ def names_subject(caption: str, label: str, extra: tuple = ()) -> bool:
     grams = set(words)
     for n in (2, 3, 4):
         grams |= {"_".join(words[i:i + n]) for i in range(len(words) - n + 1)}
-    return bool(grams & terms)
+    if grams & terms:
+        return True
+    own = _label_synonyms(label, tuple(extra))
+    return any(_ancestors(g) & own for g in grams if g not in GENERIC)
 
 
 def has_subject(label: str, extra: tuple = ()) -> bool:

@@ -47,9 +47,9 @@ def images(tmp_path):
     return paths, str(bad)
 
 
-def invoke(*args):
+def invoke(*args, code=0):
     res = CliRunner().invoke(cli, list(args), catch_exceptions=False)
-    assert res.exit_code == 0, res.output
+    assert res.exit_code == code, res.output
     return res
 
 
@@ -57,14 +57,37 @@ def test_caption_json(images):
     from captioner.datasets import get_dataset
 
     paths, bad = images
-    res = invoke("caption", *paths, bad, "--top-k", "3", "--no-decode", "--json", *FAKE)
+    res = invoke("caption", *paths, bad, "--top-k", "3", "--no-decode", "--json", *FAKE, code=3)  # 3: skipped
     data = json.loads(res.stdout)
     assert data["rotation"] == "paired" and len(data["results"]) == 2 and len(data["skipped"]) == 1
+    assert data["captioner"] == "retrieval" and data["bank"] == "train"  # fake encoders have no classifier head
     train = set(get_dataset("tuxpaint", split="train").captions())
     for r in data["results"]:
         assert r["image"] in paths and len(r["retrieved"]) == 3
         assert r["caption"] == r["retrieved"][0]["caption"] and r["caption"] in train
-    assert "warning: skipped" in res.stderr and "broken.png" in res.stderr
+    assert res.stderr.count("broken.png") == 1 and "warning: skipped" in res.stderr  # said once
+
+
+def test_missing_user_file_is_not_called_a_dataset_root_problem(images):
+    paths, _ = images
+    res = invoke("caption", paths[0], "/no/such/photo.jpg", "--no-decode", "-k", "1", *FAKE, code=3)
+    assert "photo.jpg: file not found; check the path" in res.stderr and "dataset root" not in res.stderr
+    assert res.stdout.startswith(paths[0])
+
+
+def test_classify_label_forms_and_label_sets(images):
+    paths, _ = images
+    spaced = json.loads(invoke("classify", paths[0], "--labels", "cat", "dog", "car", "--json", *FAKE).stdout)
+    comma = json.loads(invoke("classify", paths[0], "--labels", "cat,dog,car", "--json", *FAKE).stdout)
+    assert spaced["n_classes"] == comma["n_classes"] == 3 and len(spaced["results"]) == 1
+    assert spaced["results"][0]["labels"] == comma["results"][0]["labels"]
+    cifar = json.loads(invoke("classify", paths[0], "--label-set", "cifar10", "-k", "10", "--json", *FAKE).stdout)
+    assert cifar["n_classes"] == 10 and {x["label"] for x in cifar["results"][0]["labels"]} >= {"airplane", "truck"}
+    res = CliRunner().invoke(cli, ["classify", paths[0], "--labels=", *FAKE])
+    assert res.exit_code == 2 and "--labels is empty" in res.output
+    res = CliRunner().invoke(cli, ["classify", paths[0], "--label-set", "nosuch", *FAKE])
+    assert res.exit_code != 0 and "tuxpaint, imagenet100, cifar10" in str(res.exception or res.output)
+    assert "tuxpaint, imagenet100, cifar10" in " ".join(invoke("classify", "--help").stdout.split())
 
 
 def test_caption_text_output_and_pairfree(images):
@@ -89,7 +112,7 @@ def test_classify_labels_and_label_set(images):
 @pytest.mark.parametrize("args, msg", [
     (["classify", "{img}", "--labels", "cat,Cat"], "error: duplicate label 'Cat'"),
     (["classify", "{img}", "--labels", "cat"], "error: zero-shot classification needs at least two classes"),
-    (["caption", "{bad}", "--no-decode"], "error: no images left after skipping 1 bad file(s)"),
+    (["caption", "{bad}", "--no-decode"], "error: no images left: all 1 file(s) were skipped"),
 ])
 def test_bad_input_is_one_line(images, capsys, args, msg):
     paths, bad = images

@@ -83,3 +83,11 @@ def test_resumed_training_equals_uninterrupted(tmp_path):
     assert resumed.meta["losses"] == full.meta["losses"]
     with pytest.raises(CacheMismatchError, match="another corpus or config"):
         train_decoder(texts[:3], E[:3], FP, tmp_path / "part.pt", m, t, progress=False)
+
+
+def test_detokenize_joins_word_pieces_as_english():
+    from captioner.decoder import detokenize
+
+    assert detokenize("a jeep ' s!") == "a jeep's!"
+    assert detokenize("it ' s a ( big ) dog , well - known .") == "it's a (big) dog, well-known."
+    assert detokenize("3. 5 km and 3 , 000 \" x \"") == '3.5 km and 3,000 "x"'

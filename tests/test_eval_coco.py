@@ -127,3 +127,56 @@ def test_full_scorer_with_ptb_tokenizer_and_meteor():
     assert m["METEOR"] > 0.9
     assert m["CIDEr"] == pytest.approx(cider_by_hand({"1": "a koala sitting in a tree", "2": "a red fire truck"},
                                                      {"1": ["a koala sitting in a tree"], "2": ["a red fire truck"]}))
+
+
+def _coco_files(tmp_path, preds: dict, refs: dict):
+    r = tmp_path / "preds.json"
+    r.write_text(json.dumps([{"image_id": int(k), "caption": v} for k, v in preds.items()]))
+    a = tmp_path / "captions.json"
+    a.write_text(json.dumps({"images": [{"id": int(k)} for k in refs],
+                             "annotations": [{"image_id": int(k), "id": i, "caption": c}
+                                             for i, (k, cs) in enumerate(refs.items()) for c in cs]}))
+    return r, a
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not HAS_JAVA, reason="java not installed")
+def test_eval_coco_scores_a_results_file_against_annotations(tmp_path, capsys):
+    from captioner.cli import main
+
+    preds = {"1": "a koala in a tree", "2": "big red fire truck", "3": "the green frog sings"}
+    refs = {**{k: [v] for k, v in preds.items()}, "4": ["a dog"]}
+    r, a = _coco_files(tmp_path, preds, refs)
+    out = tmp_path / "m.json"
+    main(["eval", "coco", "--results", str(r), "--annotations", str(a), "--no-meteor", "--out", str(out)])
+    m = json.loads(out.read_text())["metrics"]
+    assert m["CIDEr"] == pytest.approx(10.0, abs=1e-9) and m["CIDEr_x100"] == pytest.approx(1000.0, abs=1e-6)
+    assert m["n_images"] == 3 and any("1 annotated image(s) have no prediction" in n for n in m["notes"])
+    assert "CIDEr (x100)" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("case,msg", [
+    ("unknown id", "1 image id(s) are not in"),
+    ("missing caption", "entry 1 (image_id 2) has no caption"),
+    ("empty caption", "has an empty caption"),
+    ("not annotations", "not a COCO captions file"),
+])
+def test_eval_coco_results_bad_inputs_are_one_line_errors_and_write_nothing(tmp_path, capsys, case, msg):
+    from captioner.cli import main
+
+    r, a = _coco_files(tmp_path, {"1": "a cat", "9": "a dog"} if case == "unknown id" else {"1": "a cat"},
+                       {"1": ["a cat"], "2": ["a dog"]})
+    if case in ("missing caption", "empty caption"):
+        r.write_text(json.dumps([{"image_id": 1, "caption": "a cat"},
+                                 {"image_id": 2} if case == "missing caption" else {"image_id": 2, "caption": " "}]))
+    if case == "not annotations":
+        a.write_text(json.dumps([{"image_id": 1, "caption": "a cat"}]))
+    out = tmp_path / "m.json"
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "coco", "--results", str(r), "--annotations", str(a), "--no-meteor", "--out", str(out)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and msg in err and len(err.strip().splitlines()) == 1 and "Traceback" not in err
+    assert not out.exists()
+    with pytest.raises(SystemExit) as e:
+        main(["eval", "coco", "--results", str(r)])
+    assert e.value.code == 2 and "--results and --annotations go together" in capsys.readouterr().err

@@ -75,6 +75,8 @@ def test_subject_terms_follow_the_definition():
     assert not names_subject("a police van.", "coffee cup")
     assert not names_subject("an animal in the grass", "giraffe")
     assert not names_subject("a catalogue", "cat")  # whole words only
+    assert names_subject("a photo of a goldfish.", "fish")  # a more specific noun names the subject
+    assert not names_subject("a tiger", "Jaguar")  # a sibling does not
 
 
 @pytest.mark.skipif(not HAS_GC, reason="gcompris-qt-data not installed (scripts/setup.sh)")
@@ -107,3 +109,19 @@ def test_openclipart_objects_render_with_english_titles():
     assert not any(s.id.startswith(("shapes/", "signs_and_symbols/", "computer/")) for s in val.samples)
     im = load_image(val.samples[0].source)
     assert im.mode == "RGB" and im.size[0] == 224
+
+
+@pytest.mark.slow
+def test_classifier_captioner_names_everyday_photos_with_the_real_encoder(tmp_path):
+    """The default captioner on two real photos (scikit-image): no rotation, no image-caption pair."""
+    from captioner.datasets import get_dataset
+    from captioner.photocaption import classifier_captions
+    from captioner.pipeline import Pipeline
+
+    bank = tmp_path / "bank.txt"
+    bank.write_text("A cup of coffee.\nA cat on a sofa.\nA red car.\n")
+    photos = {s.id: s.source for s in get_dataset("samples").samples}
+    pipe = Pipeline(progress=False, bank=str(bank))
+    out = classifier_captions(pipe, [photos["coffee"], photos["chelsea"]], top_k=3)
+    assert out[0]["caption"] == "A photo of an espresso." and out[0]["retrieved"][0]["caption"] == "A cup of coffee."
+    assert out[1]["retrieved"][0]["caption"] == "A cat on a sofa." and len(out[1]["retrieved"]) == 3

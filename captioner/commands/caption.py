@@ -11,8 +11,8 @@ from captioner.errors import BadImageError, CaptionerError
 def _common(f):
     from captioner.rotations import ALL, KINDS
 
-    f = click.option("--rotation", "-r", type=click.Choice(ALL), default="paired", show_default=True,
-                     help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items()) + ".")(f)
+    f = click.option("--rotation", "-r", type=click.Choice(ALL), default=None,
+                     help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items()) + " (default: paired).")(f)
     f = click.option("--rotation-file", type=click.Path(), default=None,
                      help="A saved map (`captioner align fit`) to use as --rotation; refused if fitted for "
                           "other encoders.")(f)
@@ -25,8 +25,11 @@ def _common(f):
     return f
 
 
+SKIPPED_EXIT = 3  # exit status when any image file was skipped (the others are still printed)
+
+
 def load_images(paths) -> tuple[list, list, list]:
-    """Decode image files; bad ones are skipped with a one-line warning. Raises when none is left."""
+    """Decode image files; each bad one is skipped with one warning line. Raises when none is left."""
     from captioner.images import load_image
 
     ims, ok, bad = [], [], []
@@ -35,50 +38,101 @@ def load_images(paths) -> tuple[list, list, list]:
             ims.append(load_image(p))
             ok.append(str(p))
         except BadImageError as e:
-            bad.append(str(e))
-            click.echo(f"warning: skipped {e}", err=True)
+            reason = e.reason.replace("; check the path or the dataset root", "; check the path")
+            bad.append(f"{e.path}: {reason}")
+            click.echo(f"warning: skipped {bad[-1]}", err=True)
     if not ims:
-        raise CaptionerError(f"no images left after skipping {len(bad)} bad file(s)"
-                             + (f" (first: {bad[0]})" if bad else ""))
+        raise CaptionerError(f"no images left: all {len(bad)} file(s) were skipped (see the warnings above)")
     return ims, ok, bad
 
 
-def _pipeline(image_encoder, text_encoder, device, rotation, rotation_file, quiet):
+def _done(bad: list) -> None:
+    """Exit with ``SKIPPED_EXIT`` when any file was skipped (its warning was printed once already)."""
+    if bad:
+        raise SystemExit(SKIPPED_EXIT)
+
+
+def _pipeline(image_encoder, text_encoder, device, rotation, rotation_file, quiet, bank=None, bank_limit=None):
     from captioner.pipeline import Pipeline
 
     kw = {"image_encoder": image_encoder, "text_encoder": text_encoder, "device": device, "progress": not quiet}
     if rotation_file:
         kw["rotation_files"] = {rotation: rotation_file}
+    if bank not in (None, "train"):
+        kw.update(bank=bank, bank_limit=bank_limit)
     return Pipeline.default(**kw)
+
+
+def _resolve(captioner, rotation, no_decode, pipe_has_head) -> tuple[str, str]:
+    """(captioner, rotation): an explicit --captioner wins; --rotation alone means retrieval through it (plus
+    the decoder unless --no-decode); nothing means the classifier captioner (or paired retrieval for an image
+    encoder without a classifier head)."""
+    if captioner is None:
+        if rotation is not None:
+            captioner = "retrieval" if no_decode else "decoder"
+        else:
+            captioner = "classifier" if pipe_has_head else "retrieval"
+    if captioner == "classifier" and rotation is not None:
+        raise click.UsageError("--rotation does not apply to --captioner classifier (it uses no rotation)")
+    return captioner, rotation or "paired"
 
 
 @click.command("caption")
 @click.argument("images", nargs=-1, required=True, type=click.Path())
 @_common
-@click.option("--no-decode", is_flag=True, help="Caption = the top retrieved bank caption (no decoder).")
+@click.option("--captioner", "-c", type=click.Choice(["classifier", "retrieval", "decoder"]), default=None,
+              help="classifier (default): the image encoder's ImageNet head names the subject, no rotation and no "
+                   "image-caption pair; retrieval: top bank caption through --rotation; decoder: DeCap + the "
+                   "text-only decoder (trains on first use: minutes).")
+@click.option("--no-decode", is_flag=True, help="With --rotation: caption = the top retrieved caption (no decoder).")
+@click.option("--bank", default=None,
+              help="Captions to retrieve from: default (ImageNet names, CuPL, WordNet glosses, emoji, Tux Paint, "
+                   "openclipart; the classifier's default), train (Tux Paint train; the rotations' default), a "
+                   "dataset name, or a text file with one caption per line.")
+@click.option("--bank-limit", type=click.IntRange(1), default=None, help="Keep the first N bank captions.")
 def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, device, top_k, as_json, quiet,
-                no_decode):
-    """Caption image files: the decoded caption and the top-k retrieved bank captions with scores.
+                captioner, no_decode, bank, bank_limit):
+    """Caption image files: the caption and the top-k retrieved bank captions with scores.
 
-    The first run builds and caches the caption bank, the rotation and the decoder under $CAPTIONER_HOME
-    (a few minutes on a laptop CPU); a later call takes about 0.7 s for one image on 2 idle cores, most of
-    it starting Python and loading models, plus tens of milliseconds per further image (docs/performance.md)."""
+    The first run embeds the caption bank into $CAPTIONER_HOME (about 7,000 captions; `make eval` builds it
+    ahead), later runs take about a second per image. --captioner decoder trains a decoder on first use (minutes).
+    Exit status 3 when any image file was skipped (the others are still captioned)."""
+    from captioner.encoders import get_encoder
+    from captioner.encoders.heads import has_classifier_head
+
     ims, ok, bad = load_images(images)
-    pipe = _pipeline(image_encoder, text_encoder, device, rotation, rotation_file, quiet)
-    res = pipe.caption(ims, top_k=top_k, rotation=rotation, decode=not no_decode)
+    head = has_classifier_head(get_encoder(image_encoder, device=device))
+    captioner, rotation_ = _resolve(captioner, rotation, no_decode, head)
+    if bank is None:
+        bank = "default" if captioner == "classifier" else "train"
+    pipe = _pipeline(image_encoder, text_encoder, device, rotation_, rotation_file, quiet, bank, bank_limit)
+    if captioner == "classifier":
+        from captioner.photocaption import classifier_captions
+
+        res = classifier_captions(pipe, ims, top_k=top_k)
+    else:
+        res = pipe.caption(ims, top_k=top_k, rotation=rotation_, decode=captioner == "decoder")
     rows = [{"image": p, **r} for p, r in zip(ok, res)]
     if as_json:
-        click.echo(json.dumps({"rotation": rotation, "results": rows, "skipped": bad}, indent=2))
-        return
-    for r in rows:
-        click.echo(f"{r['image']}: {r['caption']}")
-        for j, c in enumerate(r["retrieved"], 1):
-            click.echo(f"  {j}. {c['score']:+.3f}  {c['caption']}")
+        click.echo(json.dumps({"captioner": captioner, "rotation": None if captioner == "classifier" else rotation_,
+                               "bank": bank, "results": rows, "skipped": bad}, indent=2))
+    else:
+        for r in rows:
+            click.echo(f"{r['image']}: {r['caption']}")
+            for j, c in enumerate(r["retrieved"], 1):
+                click.echo(f"  {j}. {c['score']:+.3f}  {c['caption']}")
+    _done(bad)
+
+
+# Label sets not in clip-benchmark's en_classnames.json (CIFAR-10's classes, Krizhevsky 2009).
+CIFAR10 = ["airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"]
+LABEL_SETS_HELP = ("tuxpaint, imagenet100, cifar10, imagenet1k, or another clip-benchmark set (pets, flowers, "
+                   "caltech101, country211, ...)")
 
 
 def named_label_set(name: str) -> tuple[list[str], list[str]]:
-    """(labels, prompt names) of a named label set: tuxpaint (its categories), imagenet100, or any
-    clip-benchmark set (imagenet1k, cifar10, ...)."""
+    """(labels, prompt names) of a named label set: tuxpaint (its categories), imagenet100, cifar10, or any
+    clip-benchmark set (imagenet1k, pets, flowers, ...)."""
     if name == "tuxpaint":
         from captioner.datasets import get_dataset
         from captioner.zeroshot import TUXPAINT_CLASSNAMES
@@ -90,6 +144,14 @@ def named_label_set(name: str) -> tuple[list[str], list[str]]:
 
         names = [n for _, n in imagenet100_classes()]
         return names, names
+    if name == "cifar10":
+        return list(CIFAR10), list(CIFAR10)
+    from captioner.assets import load_json
+
+    known = load_json("clip_benchmark/datasets/en_classnames.json")
+    if name not in known:
+        raise CaptionerError(f"unknown label set {name!r}; known: tuxpaint, imagenet100, cifar10, "
+                             f"{', '.join(sorted(known))}")
     from captioner.assets import classnames
 
     names = classnames(name)
@@ -113,20 +175,29 @@ def named_label_set(name: str) -> tuple[list[str], list[str]]:
 
 @click.command("classify")
 @click.argument("images", nargs=-1, required=True, type=click.Path())
-@click.option("--labels", "-l", default=None, help="Comma-separated class names, e.g. 'cat,dog,fire truck'.")
-@click.option("--label-set", default=None,
-              help="A named label set instead: tuxpaint, imagenet100, imagenet1k, cifar10, ... (clip-benchmark).")
+@click.option("--labels", "-l", default=None,
+              help="Class names, comma-separated ('cat,dog,fire truck') or as separate words after the option "
+                   "(--labels cat dog car: words that are not image files are taken as more labels).")
+@click.option("--label-set", default=None, help=f"A named label set instead: {LABEL_SETS_HELP}.")
 @_common
 def classify_cli(images, labels, label_set, rotation, rotation_file, image_encoder, text_encoder, device, top_k,
                  as_json, quiet):
     """Classify image files zero-shot among --labels (or a --label-set): each class is the mean of its 80
-    prompt embeddings ("a photo of a {c}." ...), each image is rotated into text space and scored."""
+    prompt embeddings ("a photo of a {c}." ...), each image is rotated into text space and scored.
+
+    Exit status 3 when any image file was skipped (the others are still classified)."""
     from captioner.zeroshot import check_labels
 
-    if bool(labels) == bool(label_set):
-        raise click.UsageError("give exactly one of --labels or --label-set")
+    rotation = rotation or "paired"
+    if labels is not None and not labels.strip(" ,"):
+        raise click.UsageError("--labels is empty: give class names, e.g. --labels cat,dog,car")
+    if labels is not None and label_set:
+        raise click.UsageError("give either --labels or --label-set, not both")
+    if labels is None and not label_set:
+        raise click.UsageError("give --labels (e.g. --labels cat,dog,car) or --label-set (e.g. cifar10)")
     if labels:
-        names = check_labels(labels.split(","))
+        images, extra = split_label_words(images)
+        names = check_labels([x for x in labels.split(",") if x.strip()] + extra)
         prompts = names
     else:
         names, prompts = named_label_set(label_set)
@@ -142,12 +213,31 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
     if as_json:
         click.echo(json.dumps({"rotation": rotation, "n_classes": len(names), "results": rows, "skipped": bad},
                               indent=2))
-        return
-    for r in rows:
-        best = r["labels"][0]
-        click.echo(f"{r['image']}: {best['label']} ({best['prob']:.3f})")
-        for c in r["labels"][1:]:
-            click.echo(f"    {c['label']} ({c['prob']:.3f})")
+    else:
+        for r in rows:
+            best = r["labels"][0]
+            click.echo(f"{r['image']}: {best['label']} ({best['prob']:.3f})")
+            for c in r["labels"][1:]:
+                click.echo(f"    {c['label']} ({c['prob']:.3f})")
+    _done(bad)
+
+
+def split_label_words(args) -> tuple[tuple, list[str]]:
+    """(image paths, extra labels): with ``--labels cat dog car`` click hands ``dog`` and ``car`` over as image
+    arguments; a word that is no existing file and has no path separator or file extension is a label."""
+    import os
+    import re
+
+    paths, words = [], []
+    for a in args:
+        if not os.path.exists(a) and re.fullmatch(r"[^/\\.]+", a):
+            words.append(a)
+        else:
+            paths.append(a)
+    if not paths:
+        raise click.UsageError(f"no image file given (took {', '.join(words)} as labels); put the images "
+                               "before --labels, e.g. captioner classify photo.jpg --labels cat,dog")
+    return tuple(paths), words
 
 
 def _classify_with_prompts(pipe, ims, names, prompts, top_k, rotation):
