@@ -24,6 +24,7 @@ eval: setup
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode pairfree --json
 	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode head --json
 	$(PY) -m eval.photos_val --out $${CAPTIONER_HOME:-$$HOME/.cache/captioner}/runs/photos-val.json
+	$(PY) -m eval.summary
 
 # The whole test suite, slow (real models, training) and browser tests included.
 test: setup-dev

@@ -501,9 +501,12 @@ class Pipeline:
         from captioner.zeroshot import ZeroShotClassifier, check_labels
 
         labels = check_labels(labels)
+        from captioner.calibration import calibrated_scale
+
         W = self.head(prompt_names or labels, **head_kw)
         mu = self.bank().centered()[0]
-        return ZeroShotClassifier(labels, W, self.serving_rotation(rotation), mu=mu)
+        return ZeroShotClassifier(labels, W, self.serving_rotation(rotation), mu=mu,
+                                  logit_scale=calibrated_scale(self, rotation))
 
     def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired",
                  templates: list[str] | None = None) -> list[dict]:

@@ -115,7 +115,9 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
     rows = [{"image": p, **r} for p, r in zip(ok, res)]
     if as_json:
         click.echo(json.dumps({"captioner": captioner, "rotation": None if captioner == "classifier" else rotation_,
-                               "bank": bank, "results": rows, "skipped": bad}, indent=2))
+                               "bank": bank, "results": rows, "skipped": bad,
+                               "timings_note": "timings_ms are per image: the batch's time over its images"},
+                              indent=2))
     else:
         for r in rows:
             click.echo(f"{r['image']}: {r['caption']}")
