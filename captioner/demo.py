@@ -104,11 +104,15 @@ def example_images(n_photos: int = len(EXAMPLE_PHOTOS), stamps_root: Path = TUXP
 
 
 def tuxpaint_categories(stamps_root: Path = TUXPAINT_STAMPS) -> list[str]:
-    """The Tux Paint stamp categories as readable labels ("natural forces"), ``symbols`` left out."""
+    """The Tux Paint stamp categories as the words `captioner eval zeroshot` prompts them with ("natural force",
+    "piece of clothing"; ``symbols`` left out), in its order: the demo's zero-shot head is then the one `make
+    eval` embedded (its 1,200 prompts hit the same cache entry)."""
+    from captioner.zeroshot import TUXPAINT_CLASSNAMES
+
     if not stamps_root.is_dir():
         return []
     names = sorted(p.name for p in stamps_root.iterdir() if p.is_dir() and p.name != "symbols")
-    return [{"naturalforces": "natural forces"}.get(n, n) for n in names]
+    return [TUXPAINT_CLASSNAMES.get(n, n) for n in names]
 
 
 def label_sets() -> dict[str, list[str]]:

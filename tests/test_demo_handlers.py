@@ -259,7 +259,10 @@ def test_label_sets_and_categories():
     assert sets and all(len(v) >= 2 for v in sets.values())
     cats = tuxpaint_categories()
     if cats:  # Tux Paint installed: 15 categories, symbols left out, readable names
-        assert len(cats) == 15 and "symbols" not in cats and "natural forces" in cats
+        assert len(cats) == 15 and "symbols" not in cats and "natural force" in cats
+        from captioner.commands.caption import named_label_set
+
+        assert cats == named_label_set("tuxpaint")[1]  # the prompts `make eval` embedded: one cache entry
         assert next(iter(sets)) == "Tux Paint categories (15)"
 
 
