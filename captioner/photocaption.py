@@ -16,12 +16,35 @@ import numpy as np
 def classifier_queries(pipe, X: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(text queries (N, D_txt), class names, probabilities (N, C)) from the image encoder's classifier head."""
     from alignment.pseudo import softmax
-    from captioner.encoders.heads import HEAD_PROMPT, classifier_head
+    from captioner.encoders.heads import HEAD_PROMPT
 
-    W, b, names = classifier_head(pipe.encoder("image"))
+    W, b, names = cached_head(pipe.encoder("image"))
     P = softmax(X @ W.T + b)
     T = pipe.head(names, templates=[HEAD_PROMPT])  # (C, D) class prompt embeddings, cached
     return (P @ T).astype(np.float32), names, P
+
+
+def cached_head(encoder) -> tuple[np.ndarray, np.ndarray, list[str]]:
+    """``classifier_head(encoder)`` kept under ``$CAPTIONER_HOME/heads`` (keyed by the encoder's fingerprint), so
+    a warm call reads two arrays instead of building the torch model the head lives in."""
+    import hashlib
+    import json
+
+    from captioner.encoders.heads import classifier_head
+    from captioner.paths import subdir
+
+    key = hashlib.sha256(json.dumps(encoder.fingerprint(), sort_keys=True, default=str).encode()).hexdigest()[:12]
+    path = subdir("heads") / f"{key}.npz"
+    try:
+        with np.load(path, allow_pickle=False) as z:
+            return z["W"], z["b"], [str(n) for n in z["names"]]
+    except (OSError, KeyError, ValueError):
+        pass
+    W, b, names = classifier_head(encoder)
+    tmp = path.with_suffix(".tmp.npz")
+    np.savez(tmp, W=W, b=b, names=np.array(names))
+    tmp.replace(path)
+    return W, b, names
 
 
 def classifier_captions(pipe, images, top_k: int = 5) -> list[dict]:

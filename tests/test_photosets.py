@@ -3,6 +3,7 @@ import io
 import struct
 import zlib
 
+import numpy as np
 import pytest
 from PIL import Image
 
@@ -125,3 +126,9 @@ def test_classifier_captioner_names_everyday_photos_with_the_real_encoder(tmp_pa
     out = classifier_captions(pipe, [photos["coffee"], photos["chelsea"]], top_k=3)
     assert out[0]["caption"] == "A photo of an espresso." and out[0]["retrieved"][0]["caption"] == "A cup of coffee."
     assert out[1]["retrieved"][0]["caption"] == "A cat on a sofa." and len(out[1]["retrieved"]) == 3
+    from captioner.encoders.heads import classifier_head
+    from captioner.photocaption import cached_head
+
+    W, b, names = cached_head(pipe.encoder("image"))  # read back from $CAPTIONER_HOME/heads
+    W0, b0, names0 = classifier_head(pipe.encoder("image"))
+    assert np.array_equal(W, W0) and np.array_equal(b, b0) and names == names0 and len(names) == 1000
