@@ -14,15 +14,16 @@ setup-dev:
 	bash scripts/setup.sh --dev
 
 # Main job: caption the embedded Tux Paint test split with paired and pair-free rotations, score it with
-# pycocoevalcap, and classify zero-shot; then embed the default caption bank (what the first `captioner caption`
+# pycocoevalcap, and classify zero-shot (each run writes its metrics.json; eval.summary prints them as one table
+# at the end); then embed the default caption bank (what the first `captioner caption`
 # needs) and score the captioners on the GCompris / openclipart validation photos.
 eval: setup
-	$(PY) -m captioner eval coco --rotation paired --json
-	$(PY) -m captioner eval coco --rotation pairfree --json
-	$(PY) -m captioner eval coco --rotation head --json
-	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode paired --json
-	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode pairfree --json
-	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode head --json
+	$(PY) -m captioner eval coco --rotation paired >/dev/null
+	$(PY) -m captioner eval coco --rotation pairfree >/dev/null
+	$(PY) -m captioner eval coco --rotation head >/dev/null
+	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode paired >/dev/null
+	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode pairfree >/dev/null
+	$(PY) -m captioner eval zeroshot --dataset tuxpaint --mode head >/dev/null
 	$(PY) -m eval.photos_val --out $${CAPTIONER_HOME:-$$HOME/.cache/captioner}/runs/photos-val.json
 	$(PY) -m eval.summary
 
