@@ -8,7 +8,7 @@ Each path runs in its own copy of a state folder, as fresh processes (what a use
 Paths: ``old`` = ``caption --rotation paired`` (paired retrieval over Tux Paint train + the decoder, which
 trains on first use), ``new`` = ``caption`` (the classifier captioner over the default bank).
 
-    python bench/cold_start.py [--home DIR] [--image PHOTO] [--empty] [--timeout 600] [--json]
+    python bench/cold_start.py [--home DIR] [--image PHOTO] [--empty] [--paths old,new] [--timeout 600] [--json]
 """
 from __future__ import annotations
 
@@ -44,6 +44,7 @@ def main(argv=None) -> int:
     ap.add_argument("--image", default=None, help="default: scikit-image's coffee photo")
     ap.add_argument("--empty", action="store_true", help="also time the first call on an empty home")
     ap.add_argument("--timeout", type=float, default=600.0)
+    ap.add_argument("--paths", default="old,new", help="comma-separated: old, new")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     image = a.image
@@ -53,7 +54,8 @@ def main(argv=None) -> int:
         image = next(s.source for s in get_dataset("samples").samples if s.id == "coffee")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        for name, args in PATHS.items():
+        for name in a.paths.split(","):
+            args = PATHS[name]
             home = Path(tmp) / f"prebuilt-{name}"
             shutil.copytree(a.home, home)
             first = run_once(home, image, args, a.timeout)
