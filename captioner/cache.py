@@ -151,6 +151,10 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
     key = cache_key(fp, dataset, modality)
     path = Path(out) if out else default_path(fp, dataset, modality)
     expect = {"key": key}
+    from captioner.distributed import agree
+
+    agree("the embedding cache to write", {"encoder": fp.get("name"), "dataset": f"{dataset.name}/{dataset.split}",
+                                           "modality": modality, "key": key, "path": str(path), "force": force})
     if path.exists() and sidecar(path).exists() and not force:
         meta = json.loads(sidecar(path).read_text())
         if meta.get("key") == key:
@@ -207,6 +211,11 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
         if state["rank"] != 0:
             state["barrier"]()
             return load_embeddings(path, expect=expect)
+        missing = [c for c in range(n_chunks) if not (partial / f"{c:06d}.npz").exists()]
+        if missing:
+            raise CaptionerError(f"{partial}: chunk {missing[0]} (of process {missing[0] % state['world']}) is not "
+                                 "there although every process finished; the processes must share this folder "
+                                 "(one filesystem for $CAPTIONER_HOME or --out)")
 
     X = np.zeros((len(items), encoder.dim), np.float32)
     ok = np.zeros(len(items), bool)
@@ -253,10 +262,15 @@ def _dist_state() -> dict:
     import os
 
     if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        from accelerate import PartialState
+        from captioner.distributed import collective, process_state
 
-        st = PartialState()
-        return {"rank": st.process_index, "world": st.num_processes, "barrier": st.wait_for_everyone}
+        st = process_state()
+
+        def barrier():
+            with collective("the embedding cache's barrier"):
+                st.wait_for_everyone()
+
+        return {"rank": st.process_index, "world": st.num_processes, "barrier": barrier}
     return {"rank": 0, "world": 1, "barrier": lambda: None}
 
 

@@ -148,12 +148,13 @@ def cov_reg(z1: torch.Tensor, z2: torch.Tensor) -> torch.Tensor:
     return out / 2
 
 
-def info_nce(p: torch.Tensor, z: torch.Tensor, temperature: float = 0.1) -> torch.Tensor:
-    """Cross-entropy of picking the right target among the batch: (N, D) predictions vs (N, D) targets."""
+def info_nce(p: torch.Tensor, z: torch.Tensor, temperature: float = 0.1, offset: int = 0) -> torch.Tensor:
+    """Cross-entropy of picking the right target among the batch: (n, D) predictions vs (N, D) targets,
+    prediction i's target being row ``offset + i`` (n < N: this process's rows of a global batch)."""
     p = F.normalize(p.float(), dim=-1)
     z = F.normalize(z.float(), dim=-1)
-    logits = p @ z.T / temperature                               # (N, N)
-    return F.cross_entropy(logits, torch.arange(len(p), device=p.device))
+    logits = p @ z.T / temperature                               # (n, N)
+    return F.cross_entropy(logits, offset + torch.arange(len(p), device=p.device))
 
 
 # ------------------------------------------------------------------------------------------- backbones
@@ -343,12 +344,17 @@ class JEPA(nn.Module):
 
     def forward(self, view_a: tuple, view_b: tuple, generator: torch.Generator | None = None) -> dict:
         """Loss on a batch of view pairs. Returns {"loss", "pred", "reg"} (scalars; "pred"/"reg" detached)."""
+        from captioner.distributed import gather_rows
+
         o = self.obj
         za, zb = self.embed(*view_a), self.embed(*view_b)                     # (B, E)
         pa, pb = self.pred(za), self.pred(zb)
+        # Batch-level terms see the global batch under several processes (this process's rows otherwise):
+        # their mean over processes then equals, with its gradient, the one-process loss.
         if o.reg == "infonce":
             ta, tb = (za, zb) if self.target is None else (self._target_embed(*view_a), self._target_embed(*view_b))
-            pred = (info_nce(pa, tb, o.temperature) + info_nce(pb, ta, o.temperature)) / 2
+            (ta, off), (tb, _) = gather_rows(ta), gather_rows(tb)
+            pred = (info_nce(pa, tb, o.temperature, off) + info_nce(pb, ta, o.temperature, off)) / 2
             return {"loss": pred, "pred": pred.detach(), "reg": torch.zeros(())}
         if self.target is not None:
             ta, tb = self._target_embed(*view_a), self._target_embed(*view_b)
@@ -357,6 +363,7 @@ class JEPA(nn.Module):
         else:
             ta, tb = za.detach(), zb.detach()
         pred = (F.mse_loss(pa.float(), tb.float()) + F.mse_loss(pb.float(), ta.float())) / 2
+        za, zb = gather_rows(za)[0], gather_rows(zb)[0]
         if o.reg == "sigreg":
             reg = (sigreg(za, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)
                    + sigreg(zb, o.sigreg_slices, o.sigreg_knots, o.sigreg_tmax, generator)) / 2

@@ -8,9 +8,10 @@ A run lives in one folder::
     out/log.csv          step, loss, pred, reg, lr, seconds: one row per step
     out/summary.json     written when the run completes
 
-Each step draws its batch from generators seeded by (seed, step, rank), so a run resumed from its last
-checkpoint continues exactly as an uninterrupted one would. A non-finite loss stops the run before the
-bad update; the last good checkpoint stays as it was.
+Each step's global batch comes from generators seeded by (seed, step), each process training on its slice
+(``captioner.jepa.processes``), so a resumed run continues exactly as an uninterrupted one would, under
+any number of processes. A non-finite loss stops the run before the bad update; the last good checkpoint
+stays as it was.
 """
 from __future__ import annotations
 
@@ -23,8 +24,6 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
-
-import numpy as np
 
 from captioner.errors import CacheMismatchError, CaptionerError
 from captioner.jepa.model import KINDS, ImageConfig, ObjectiveConfig, TextConfig
@@ -271,10 +270,13 @@ def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
 
 
 def _make_accelerator(cfg: TrainConfig):
+    import torch
     from accelerate import Accelerator
     from accelerate.state import AcceleratorState
 
-    kw = {"cpu": cfg.device == "cpu", "mixed_precision": cfg.precision}
+    # several processes on a machine without GPUs: accelerate counts them only when told it runs on CPU
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    kw = {"cpu": cfg.device == "cpu" or (several and not torch.cuda.is_available()), "mixed_precision": cfg.precision}
     try:
         return Accelerator(**kw)
     except ValueError:
@@ -282,10 +284,6 @@ def _make_accelerator(cfg: TrainConfig):
         # (tests, `captioner scaling`) needs it reset
         AcceleratorState._reset_state(True)
         return Accelerator(**kw)
-
-
-def _step_seed(seed: int, step: int, rank: int) -> int:
-    return int(np.random.SeedSequence([seed, step, rank]).generate_state(1, dtype=np.uint64)[0] >> 1)
 
 
 def lr_at(cfg: TrainConfig, step: int) -> float:
@@ -353,7 +351,9 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     import torch
     from tqdm.auto import tqdm
 
+    from captioner.distributed import collective
     from captioner.jepa.model import build_model, count_params
+    from captioner.jepa.processes import check_processes, step_batch
     from captioner.paths import atomic_write_json
 
     out = Path(out)
@@ -397,9 +397,12 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     resolved["n_truncated_texts"] = int(getattr(data, "n_truncated", 0))
     if acc.is_main_process:
         atomic_write_json(out / "config.json", resolved)
+    check_processes(acc, cfg, out, resume, start, data, n_params)
     if acc.num_processes > 1:
+        from captioner.distributed import sync_batchnorm
+
         # BatchNorm then normalises over the global batch rather than each process's slice of it
-        model = torch.nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        model = sync_batchnorm(model)
     model, opt = acc.prepare(model, opt)
     raw = acc.unwrap_model(model)
 
@@ -411,7 +414,6 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     if writer and new_log:
         writer.writerow(["step", "loss", "pred", "reg", "lr", "seconds"])
 
-    per_rank = max(1, cfg.batch_size // acc.num_processes)
     last_saved = start if ck is not None else None
     first_loss = last_loss = None
     t0 = time.time()
@@ -435,25 +437,25 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
                 g["lr"] = lr
             if hasattr(raw, "progress"):
                 raw.progress = step / max(1, cfg.steps)   # a function of the step: the same after a resume
-            s = _step_seed(cfg.seed, step, acc.process_index)
-            torch.manual_seed(s)   # dropout and the SIGReg directions: same draws after a resume
-            rng = np.random.default_rng(s)
-            gen = torch.Generator().manual_seed(s)
-            batch = data.batch(rng, per_rank, generator=gen) if cfg.kind == "image-jepa" else data.batch(rng, per_rank)
+            batch, gen = step_batch(data, cfg, step, acc.process_index, acc.num_processes)
             batch = _to(batch, acc.device)
-            with acc.autocast():
-                res = model(**batch, generator=gen)
-            loss = res["loss"]
-            lval = float(acc.reduce(loss.detach().float(), reduction="mean"))
+            with collective(f"training step {step + 1}"):
+                with acc.autocast():
+                    res = model(**batch, generator=gen)
+                loss = res["loss"]
+                # the global batch's loss, prediction and regulariser terms (their mean over processes)
+                lval, pval, rval = acc.reduce(torch.stack([loss.detach().float(), res["pred"].float().reshape(()),
+                                                           res["reg"].float().reshape(())]), reduction="mean").tolist()
             if not math.isfinite(lval):
                 kept = (f"the last good checkpoint (step {last_saved}) is kept at {ckpt_path}"
                         if last_saved is not None else "no checkpoint had been saved yet")
                 raise TrainingDiverged(f"loss is {lval} at step {step + 1} of {cfg.kind}/{cfg.preset}; stopped "
                                        f"before the update: {kept}. Lower --lr (now {cfg.lr:g}) or raise the "
                                        "regulariser weight, then --resume")
-            acc.backward(loss)
-            if cfg.grad_clip:
-                acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+            with collective(f"training step {step + 1}"):
+                acc.backward(loss)
+                if cfg.grad_clip:
+                    acc.clip_grad_norm_(model.parameters(), cfg.grad_clip)
             opt.step()
             opt.zero_grad(set_to_none=True)
             if hasattr(raw, "update_target"):
@@ -461,14 +463,15 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
             first_loss = lval if first_loss is None else first_loss
             last_loss = lval
             if writer:
-                writer.writerow([step + 1, f"{lval:.6g}", f"{float(res['pred']):.6g}", f"{float(res['reg']):.6g}",
+                writer.writerow([step + 1, f"{lval:.6g}", f"{pval:.6g}", f"{rval:.6g}",
                                  f"{lr:.6g}", f"{time.time() - t0:.3f}"])
             bar.update(1)
             bar.set_postfix(loss=f"{lval:.4f}")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
                 if logf:
                     logf.flush()
-                save(step + 1)
+                with collective(f"the checkpoint at step {step + 1}"):
+                    save(step + 1)
                 last_saved = step + 1
             if callback is not None:
                 callback(step + 1, lval)
