@@ -6,11 +6,30 @@ processes see exactly the batches one process sees; with the global-batch regula
 """
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
 
 from captioner.errors import CaptionerError
+
+
+def make_accelerator(cfg):
+    """The run's Accelerator (one process, or this one of a launch)."""
+    import torch
+    from accelerate import Accelerator
+    from accelerate.state import AcceleratorState
+
+    # several processes on a machine without GPUs: accelerate counts them only when told it runs on CPU
+    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
+    kw = {"cpu": cfg.device == "cpu" or (several and not torch.cuda.is_available()), "mixed_precision": cfg.precision}
+    try:
+        return Accelerator(**kw)
+    except ValueError:
+        # accelerate keeps one process-wide state; a second run in the same process with another precision
+        # (tests, `captioner scaling`) needs it reset
+        AcceleratorState._reset_state(True)
+        return Accelerator(**kw)
 
 
 def _step_seed(seed: int, step: int, rank: int = 0) -> int:

@@ -269,23 +269,6 @@ def warm_start(model, cfg: TrainConfig, where: str | Path) -> int:
     return len(take)
 
 
-def _make_accelerator(cfg: TrainConfig):
-    import torch
-    from accelerate import Accelerator
-    from accelerate.state import AcceleratorState
-
-    # several processes on a machine without GPUs: accelerate counts them only when told it runs on CPU
-    several = int(os.environ.get("WORLD_SIZE", "1")) > 1
-    kw = {"cpu": cfg.device == "cpu" or (several and not torch.cuda.is_available()), "mixed_precision": cfg.precision}
-    try:
-        return Accelerator(**kw)
-    except ValueError:
-        # accelerate keeps one process-wide state; a second run in the same process with another precision
-        # (tests, `captioner scaling`) needs it reset
-        AcceleratorState._reset_state(True)
-        return Accelerator(**kw)
-
-
 def lr_at(cfg: TrainConfig, step: int) -> float:
     """Linear warm-up for ``warmup`` steps, then cosine down to ``min_lr_frac * lr``."""
     if step < cfg.warmup:
@@ -353,7 +336,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
 
     from captioner.distributed import collective
     from captioner.jepa.model import build_model, count_params
-    from captioner.jepa.processes import check_processes, step_batch
+    from captioner.jepa.processes import check_processes, make_accelerator, step_batch
     from captioner.paths import atomic_write_json
 
     out = Path(out)
@@ -367,7 +350,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
         ck = load_checkpoint(ckpt_path)
         check_compatible(ck["config"], cfg, str(ckpt_path))
 
-    acc = _make_accelerator(cfg)
+    acc = make_accelerator(cfg)
     old_threads = torch.get_num_threads()
     if cfg.threads and acc.device.type == "cpu":
         torch.set_num_threads(cfg.threads)
