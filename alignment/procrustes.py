@@ -257,26 +257,17 @@ class LinearMap:
         MismatchError naming the side and the fields that differ; AlignmentError for missing or damaged files.
         """
         side, arr_path = _find_files(path)
-        meta = json.loads(side.read_text())
-        blob = arr_path.read_bytes()
-        if meta.get("arrays_sha256") and hashlib.sha256(blob).hexdigest() != meta["arrays_sha256"]:
-            raise AlignmentError(f"{arr_path}: contents do not match the hash in {side.name}; the file is "
-                                 "damaged or was replaced, refit the map")
-        if arr_path.suffix == ".npz":
-            import io
-
-            with np.load(io.BytesIO(blob)) as z:
-                arrays = {k: z[k] for k in z.files}
-        else:
-            from safetensors.numpy import load
-
-            arrays = load(blob)
+        meta, arrays = _read_files(side, arr_path)
         klass = _CLASSES.get(meta.get("class"), cls)
         known = {"format", "class", "method", "dim_x", "dim_y", "dim", "scale", "orthogonal", "arrays",
                  "arrays_sha256"}
-        m = klass(method=meta["method"], mean_x=arrays["mean_x"], mean_y=arrays["mean_y"], R=arrays["R"],
-                  proj_x=arrays.get("proj_x"), proj_y=arrays.get("proj_y"), scale=float(meta.get("scale", 1.0)),
-                  meta={k: v for k, v in meta.items() if k not in known or k in ("format",)})
+        try:
+            m = klass(method=meta["method"], mean_x=arrays["mean_x"], mean_y=arrays["mean_y"], R=arrays["R"],
+                      proj_x=arrays.get("proj_x"), proj_y=arrays.get("proj_y"), scale=float(meta.get("scale", 1.0)),
+                      meta={k: v for k, v in meta.items() if k not in known or k in ("format",)})
+        except (KeyError, TypeError, ValueError) as e:
+            raise AlignmentError(f"{arr_path}: incomplete map ({type(e).__name__}: {e}); the files are damaged, "
+                                 "refit the map") from None
         m.meta["path"] = str(arr_path)
         if (m.dim_x, m.dim_y) != (meta.get("dim_x"), meta.get("dim_y")):
             raise AlignmentError(f"{arr_path}: arrays are {m.dim_x} -> {m.dim_y} but {side.name} says "
@@ -540,6 +531,31 @@ def _find_files(path):
             return side, c
     raise AlignmentError(f"{path}: no saved map here (need the .safetensors/.npz file and its .json sidecar); "
                          "fit one with `captioner align fit`")
+
+
+def _read_files(side: Path, arr_path: Path) -> tuple[dict, dict]:
+    """(sidecar dict, arrays) of a saved map; AlignmentError naming the file when either is damaged."""
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise AlignmentError(f"{side}: not valid JSON ({e}); the sidecar is damaged, refit the map") from None
+    if not isinstance(meta, dict) or not meta.get("arrays_sha256"):
+        raise AlignmentError(f"{side}: records no arrays_sha256; the sidecar is damaged or edited, refit the map")
+    blob = arr_path.read_bytes()
+    if hashlib.sha256(blob).hexdigest() != meta["arrays_sha256"]:
+        raise AlignmentError(f"{arr_path}: contents do not match the hash in {side.name}; the file is "
+                             "damaged or was replaced, refit the map")
+    try:
+        if arr_path.suffix == ".npz":
+            import io
+
+            with np.load(io.BytesIO(blob)) as z:
+                return meta, {k: z[k] for k in z.files}
+        from safetensors.numpy import load
+
+        return meta, load(blob)
+    except Exception as e:  # noqa: BLE001 - numpy / safetensors raise their own types on bad bytes
+        raise AlignmentError(f"{arr_path}: unreadable arrays ({type(e).__name__}); refit the map") from None
 
 
 def _atomic_write(path: Path, data: bytes):

@@ -4,12 +4,15 @@
 The file name encodes every parameter that changes the bytes, so a cache is reused exactly when the key
 matches; a file whose sidecar disagrees with what is asked for is refused with a message that says why.
 Writes are atomic (temp file + rename), and long runs resume from partial shards after a crash.
+One process builds a key at a time (a lock per key); a damaged file is moved aside and rebuilt.
 Several processes (``accelerate launch``) split the chunks between them and the main one assembles them.
 """
 from __future__ import annotations
 
+import glob
 import hashlib
 import json
+import os
 import shutil
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +21,9 @@ from pathlib import Path
 
 import numpy as np
 
+from captioner.artifacts import key_lock, quarantine
 from captioner.datasets import CaptionDataset
-from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
+from captioner.errors import BadImageError, CacheMismatchError, CaptionerError, DamagedArtifactError
 from captioner.paths import atomic_write_bytes, atomic_write_json, slug, subdir
 
 FORMAT_VERSION = 1
@@ -60,9 +64,8 @@ def sidecar(path: Path) -> Path:
 
 def load_embeddings(path, expect: dict | None = None) -> EmbeddingSet:
     """Load a cache file. ``expect`` (e.g. ``{"encoder": fingerprint, "modality": "text"}``) must match the
-    sidecar, else CacheMismatchError names the field that differs."""
-    from safetensors.numpy import load_file
-
+    sidecar, else CacheMismatchError names the field that differs; a file that cannot be read (truncated,
+    zero bytes, a garbled sidecar) raises DamagedArtifactError naming it."""
     path = Path(path)
     if path.suffix == ".json":
         path = path.with_suffix(".safetensors")
@@ -70,10 +73,11 @@ def load_embeddings(path, expect: dict | None = None) -> EmbeddingSet:
     if not path.exists() or not side.exists():
         raise CaptionerError(f"{path}: no embedding cache here (need the .safetensors and its .json sidecar); "
                              "write one with `captioner embed`")
-    meta = json.loads(side.read_text())
+    meta = _read_sidecar(side)
     for k, v in (expect or {}).items():
         got = meta.get(k)
         if k == "encoder" and isinstance(v, dict):
+            got = got if isinstance(got, dict) else None
             diff = [f for f in ("name", "weights_hash", "dim", "pooling") if got and got.get(f) != v.get(f)]
             if got is None or diff:
                 raise CacheMismatchError(
@@ -82,11 +86,82 @@ def load_embeddings(path, expect: dict | None = None) -> EmbeddingSet:
                     f"not {v.get('name')!r}; re-run `captioner embed` with --force or pick the matching cache")
         elif got != v:
             raise CacheMismatchError(f"{path}: {k} is {got!r}, expected {v!r}; re-run `captioner embed`")
-    X = load_file(str(path))["X"]
-    if X.shape != (meta["N"], meta["D"]):
-        raise CacheMismatchError(f"{path}: array is {X.shape} but its sidecar says ({meta['N']}, {meta['D']}); "
-                                 "the file is damaged, delete it and re-run `captioner embed`")
+    X = _read_array(path)
+    if X.shape != (meta["N"], meta["D"]) or len(meta["ids"]) != X.shape[0] \
+            or len(meta["sample_ids"]) != X.shape[0]:
+        raise DamagedArtifactError(f"{path}: array is {X.shape} but its sidecar says ({meta['N']}, {meta['D']}) "
+                                   f"with {len(meta['ids'])} ids; the cache is damaged, re-run `captioner embed`")
     return EmbeddingSet(X=X, ids=meta["ids"], sample_ids=meta["sample_ids"], meta=meta, path=path)
+
+
+def _read_sidecar(side: Path) -> dict:
+    try:
+        meta = json.loads(side.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise DamagedArtifactError(f"{side}: not valid JSON ({e}); the cache sidecar is damaged, "
+                                   "re-run `captioner embed`") from None
+    bad = [k for k, t in (("N", int), ("D", int), ("ids", list), ("sample_ids", list)) if
+           not isinstance(meta, dict) or not isinstance(meta.get(k), t)] if isinstance(meta, dict) else ["*"]
+    if bad:
+        raise DamagedArtifactError(f"{side}: sidecar lacks {', '.join(bad)}; the cache is damaged, "
+                                   "re-run `captioner embed`")
+    return meta
+
+
+def _read_array(path: Path) -> np.ndarray:
+    from safetensors.numpy import load_file
+
+    try:
+        X = load_file(str(path))["X"]
+    except Exception as e:  # noqa: BLE001 - safetensors raises its own error types on damaged files
+        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+        raise DamagedArtifactError(f"{path}: not a readable safetensors file ({msg}); the cache is damaged, "
+                                   "re-run `captioner embed`") from None
+    if X.ndim != 2:
+        raise DamagedArtifactError(f"{path}: array has shape {X.shape}, not (N, D); the cache is damaged")
+    return X
+
+
+def _same_json(a, b) -> bool:
+    return json.dumps(a, sort_keys=True, default=str) == json.dumps(b, sort_keys=True, default=str)
+
+
+def _reuse(path: Path, key: str, fp: dict, dataset: CaptionDataset, modality: str, name: str):
+    """The cache at ``path`` if it holds this key, None if there is none (or it was damaged and moved aside)."""
+    if not (path.exists() and sidecar(path).exists()):
+        return None
+    try:
+        meta = _read_sidecar(sidecar(path))
+        if meta.get("key") != key:
+            raise CacheMismatchError(
+                f"{path}: holds embeddings of {(meta.get('encoder') or {}).get('name')!r} on "
+                f"{meta.get('dataset')}/{meta.get('split')} ({meta.get('modality')}), not {name!r} on "
+                f"{dataset.name}/{dataset.split} ({modality}); use another --out or --force to overwrite")
+        want = {"encoder": fp, "dataset": dataset.name, "split": dataset.split, "modality": modality}
+        edited = [k for k, v in want.items() if not _same_json(meta.get(k), v)]
+        if edited:  # the key matches but what it was made from does not: the sidecar was edited
+            raise DamagedArtifactError(f"{sidecar(path)}: records {', '.join(edited)} that do not match its key")
+        return load_embeddings(path, expect={"key": key})
+    except DamagedArtifactError as e:
+        quarantine(path, str(e).split(": ", 1)[-1].split(";")[0], sidecar(path))
+        return None
+
+
+def _sources_sig(items, modality: str) -> str:
+    """Size and mtime of every image file (the names are in the key already): a repaired or replaced
+    image makes new partial chunks instead of reusing a chunk that recorded its old failure."""
+    if modality != "image":
+        return "t"
+    h = hashlib.sha256()
+    for src in items:
+        if isinstance(src, (str, os.PathLike)):
+            try:
+                st = os.stat(src)
+                h.update(f"{st.st_size}:{st.st_mtime_ns}".encode())
+            except OSError as e:
+                h.update(f"err{e.errno}".encode())
+        h.update(b"\x00")
+    return h.hexdigest()[:8]
 
 
 def _rows(dataset: CaptionDataset, modality: str):
@@ -137,9 +212,10 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
     Returns
     -------
     EmbeddingSet with X (N, D) float32. Unreadable images are skipped, listed in ``meta["skipped"]``.
-    """
-    from tqdm.auto import tqdm
 
+    Several processes asking for one cache at once: the first builds it under the key's lock, the others
+    wait and load its result. A cache that fails to load is moved aside (``*.damaged-<time>``) and rebuilt.
+    """
     if isinstance(encoder, str):
         from captioner.encoders import get_encoder
 
@@ -150,34 +226,62 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
     fp = encoder.fingerprint()
     key = cache_key(fp, dataset, modality)
     path = Path(out) if out else default_path(fp, dataset, modality)
-    expect = {"key": key}
     from captioner.distributed import agree
 
     agree("the embedding cache to write", {"encoder": fp.get("name"), "dataset": f"{dataset.name}/{dataset.split}",
                                            "modality": modality, "key": key, "path": str(path), "force": force})
-    if path.exists() and sidecar(path).exists() and not force:
-        meta = json.loads(sidecar(path).read_text())
-        if meta.get("key") == key:
-            return load_embeddings(path, expect=expect)
-        raise CacheMismatchError(
-            f"{path}: holds embeddings of {meta.get('encoder', {}).get('name')!r} on "
-            f"{meta.get('dataset')}/{meta.get('split')} ({meta.get('modality')}), not {encoder.name!r} on "
-            f"{dataset.name}/{dataset.split} ({modality}); use another --out or --force to overwrite")
+    state = _dist_state()
+    args = (encoder, dataset, modality, batch_size, force, progress, path, fp, key, state)
+    if state["world"] > 1:  # ranks split the chunks of one build between them (barriers, not a lock)
+        return _embed_unlocked(*args)
+    with key_lock(path, what=f"the {modality} cache {path.name}"):
+        return _embed_unlocked(*args)
 
+
+def _embed_unlocked(encoder, dataset, modality, batch_size, force, progress, path, fp, key, state):
+    if not force:
+        es = _reuse(path, key, fp, dataset, modality, encoder.name)
+        if es is not None:
+            return es
     ids, sids, items = _rows(dataset, modality)
     if not items:
         raise CaptionerError(f"{dataset.name}/{dataset.split}: nothing to encode ({modality}s)")
     order = np.arange(len(items))
     if modality == "text":  # encode similar lengths together: less padding, same result
         order = np.argsort([len(t) for t in items], kind="stable")
-
-    state = _dist_state()
-    partial = path.parent / f".{path.stem}.{key[:8]}.partial"
+    partial = path.parent / f".{path.stem}.{key[:8]}-{_sources_sig(items, modality)}.partial"
+    if state["world"] == 1:  # chunks of other inputs (or all of them on --force) are stale: we hold the lock
+        for old in path.parent.glob(f".{glob.escape(path.stem)}.*.partial"):
+            if old != partial or force:
+                shutil.rmtree(old, ignore_errors=True)
     partial.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    _encode_chunks(encoder, dataset, modality, batch_size, progress, state, partial, ids, items, order)
+    if state["world"] > 1:
+        state["barrier"]()
+        if state["rank"] != 0:
+            state["barrier"]()
+            return load_embeddings(path, expect={"key": key})
+        n_chunks = (len(items) + CHUNK - 1) // CHUNK
+        missing = [c for c in range(n_chunks) if not (partial / f"{c:06d}.npz").exists()]
+        if missing:
+            raise CaptionerError(f"{partial}: chunk {missing[0]} (of process {missing[0] % state['world']}) is not "
+                                 "there although every process finished; the processes must share this folder "
+                                 "(one filesystem for $CAPTIONER_HOME or --out)")
+    es = _assemble(encoder, dataset, modality, path, fp, key, partial, ids, sids, items, t0)
+    shutil.rmtree(partial, ignore_errors=True)
+    if state["world"] > 1:
+        state["barrier"]()
+    return es
+
+
+def _encode_chunks(encoder, dataset, modality, batch_size, progress, state, partial, ids, items, order):
+    """Encode this rank's missing chunks of CHUNK rows into ``partial/<chunk>.npz`` (atomic writes)."""
+    from tqdm.auto import tqdm
+
     n_chunks = (len(items) + CHUNK - 1) // CHUNK
     mine = [c for c in range(n_chunks) if c % state["world"] == state["rank"]]
     todo = [c for c in mine if not (partial / f"{c:06d}.npz").exists()]
-    t0 = time.time()
     bar = tqdm(total=sum(min(CHUNK, len(items) - c * CHUNK) for c in todo), unit="text" if modality == "text" else "img",
                desc=f"embed {dataset.name}/{dataset.split} {encoder.name}",
                disable=not progress or state["rank"] != 0, leave=False)
@@ -206,21 +310,16 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
         buf = _npz_bytes(idx=idx, X=X, ok=ok, errors=np.array(json.dumps(errors)))
         atomic_write_bytes(partial / f"{c:06d}.npz", buf)
     bar.close()
-    if state["world"] > 1:
-        state["barrier"]()
-        if state["rank"] != 0:
-            state["barrier"]()
-            return load_embeddings(path, expect=expect)
-        missing = [c for c in range(n_chunks) if not (partial / f"{c:06d}.npz").exists()]
-        if missing:
-            raise CaptionerError(f"{partial}: chunk {missing[0]} (of process {missing[0] % state['world']}) is not "
-                                 "there although every process finished; the processes must share this folder "
-                                 "(one filesystem for $CAPTIONER_HOME or --out)")
+
+
+def _assemble(encoder, dataset, modality, path, fp, key, partial, ids, sids, items, t0) -> EmbeddingSet:
+    """Gather the chunks into the cache file and its sidecar (array first, sidecar last)."""
+    from safetensors.numpy import save
 
     X = np.zeros((len(items), encoder.dim), np.float32)
     ok = np.zeros(len(items), bool)
     skipped = []
-    for c in range(n_chunks):
+    for c in range((len(items) + CHUNK - 1) // CHUNK):
         with np.load(partial / f"{c:06d}.npz") as z:
             X[z["idx"]] = z["X"]
             ok[z["idx"]] = z["ok"]
@@ -238,14 +337,9 @@ def embed(encoder, dataset: CaptionDataset, modality: str | None = None, batch_s
     }
     if modality == "text":
         meta["texts"] = [items[i] for i in keep]
-    from safetensors.numpy import save
-
     # Array first, sidecar last: a cache counts as present only once its sidecar exists.
     atomic_write_bytes(path, save({"X": np.ascontiguousarray(X[keep])}))
     atomic_write_json(sidecar(path), meta)
-    shutil.rmtree(partial, ignore_errors=True)
-    if state["world"] > 1:
-        state["barrier"]()
     return EmbeddingSet(X=X[keep], ids=meta["ids"], sample_ids=meta["sample_ids"], meta=meta, path=path)
 
 

@@ -5,6 +5,7 @@ image folder). Each yields ``Sample(id, source, captions, label)``; images load 
 from __future__ import annotations
 
 import hashlib
+import io
 import json
 import os
 import unicodedata
@@ -197,7 +198,7 @@ SAMPLE_LOADERS = {"motorcycle_left": ("stereo_motorcycle", 0)}
 
 def samples(split: str = "all") -> CaptionDataset:
     """A few real photos (scikit-image's sample data) with hand-written captions, saved once as PNG."""
-    from captioner.paths import subdir
+    from captioner.paths import atomic_write_bytes, subdir
 
     try:
         import skimage.data as skd
@@ -223,9 +224,9 @@ def samples(split: str = "all") -> CaptionDataset:
             a = np.asarray(a)
             if a.dtype != np.uint8:  # PNG wants 8-bit (or 16-bit) integers
                 a = np.clip(a * 255.0 if a.dtype.kind == "f" and a.max() <= 1.0 else a, 0, 255).astype(np.uint8)
-            tmp = path.with_suffix(".tmp.png")
-            Image.fromarray(a).save(tmp)
-            os.replace(tmp, path)
+            buf = io.BytesIO()  # a temp file of this process's own, renamed: writers at once never collide
+            Image.fromarray(a).save(buf, format="PNG")
+            atomic_write_bytes(path, buf.getvalue())
         out.append(Sample(id=name, source=str(path), captions=[cap]))
     return CaptionDataset("samples", split, out, root=str(folder))
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.errors import CacheMismatchError, CaptionerError
+from captioner.errors import CacheMismatchError, CaptionerError, DamagedArtifactError
 
 PAD, BOS, EOS, UNK = 0, 1, 2, 3  # local ids; BOS/EOS are BERT's [CLS]/[SEP]
 CHECKPOINT_FORMAT = 1
@@ -384,8 +384,9 @@ def _read(path: Path) -> dict:
     try:
         state = torch.load(path, map_location="cpu", weights_only=False)
     except Exception as e:  # a damaged file must say so, not restart silently
-        raise CaptionerError(f"{path}: not a readable decoder checkpoint ({type(e).__name__}: {e}); "
-                             "delete it to retrain") from None
+        msg = str(e).splitlines()[0][:200] if str(e) else ""
+        raise DamagedArtifactError(f"{path}: not a readable decoder checkpoint ({type(e).__name__}: {msg}); "
+                                   "delete it to retrain") from None
     if not isinstance(state, dict) or state.get("format") != CHECKPOINT_FORMAT or "model_config" not in state:
         raise CacheMismatchError(f"{path}: not a caption-decoder checkpoint (format "
                                  f"{state.get('format') if isinstance(state, dict) else '?'}); delete it to retrain")
@@ -463,7 +464,13 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
 
     state = None
     if path.exists() and not force:
-        state = _read(path)
+        try:
+            state = _read(path)
+        except DamagedArtifactError as e:  # moved aside, named, and trained again from step 0
+            from captioner.artifacts import quarantine
+
+            quarantine(path, str(e).split(": ", 1)[-1].split(";")[0])
+    if state is not None:
         diff = _same_encoder(state["text_encoder"], text_encoder)
         if diff:
             raise CacheMismatchError(f"{path}: checkpoint trained for text encoder "

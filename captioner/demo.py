@@ -26,6 +26,7 @@ from typing import Any, Callable
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from captioner.errors import BadImageError, CaptionerError  # noqa: E402
+from captioner.lru import LRU  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,12 @@ MAX_LABEL_CHARS = 200        # a "label" longer than this is a pasted paragraph:
 MAX_LABEL_TEXT = 1_000_000   # characters in the label box before we refuse to parse it at all
 MAX_TOP_K = 20
 MAX_UPLOAD = "25mb"          # gradio refuses bigger uploads itself, with its own message
+# Decoding happens outside the pipeline's lock; each decode may take up to images.MAX_DECODE_BYTES, so at
+# most this many run at once (a 1.5 MB PNG can declare 20000 x 20000 pixels).
+DECODE_CONCURRENCY = 2
+_DECODE_SLOTS = threading.BoundedSemaphore(DECODE_CONCURRENCY)
+MAX_PIPELINES = 3            # encoder pairs kept besides the default one (least recently used goes first)
+MAX_REPORTS = 16             # alignment reports kept
 DEFAULT_CONCURRENCY = 2      # queue workers; the pipeline itself runs one request at a time (a lock)
 QUEUE_MAX_SIZE = 64          # beyond this the page says "queue full" instead of the server swelling
 # torch intra-op threads while serving. A request is one image; on this two-core machine shared with other
@@ -250,7 +257,8 @@ def _decode_image(value):
     src, name = _image_source(value)
     t0 = time.perf_counter()
     try:
-        im = load_image(src)
+        with _DECODE_SLOTS:  # at most DECODE_CONCURRENCY rasters in memory at once
+            im = load_image(src)
     except BadImageError as e:
         raise DemoInputError(f"could not read {name!r}: {e.reason}") from None
     except MemoryError:
@@ -292,10 +300,12 @@ class DemoHandlers:
             def factory(i, t, _cls=type(pipeline)):
                 return _cls(image_encoder=i, text_encoder=t, device=device, progress=False)
         self.factory = factory
-        self._pipelines = {self.default_pair: pipeline}
+        # Bounded: a server must not keep every encoder pair (each holds models and caches) or report.
+        self._pipelines = LRU(MAX_PIPELINES, pinned=[self.default_pair])
+        self._pipelines[self.default_pair] = pipeline
         self._locks = {self.default_pair: threading.Lock()}
         self._build_lock = threading.Lock()
-        self._reports: dict = {}
+        self._reports = LRU(MAX_REPORTS)
         self.image_choices, self.text_choices = encoder_choices(pipeline)
         self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])  # fakes in tests
 
@@ -306,12 +316,13 @@ class DemoHandlers:
         A new pair is not warmed up: each request builds only what it needs (bank and rotation for
         retrieval; the decoder, trained on first use, only when decoding)."""
         key = (image_encoder or self.default_pair[0], text_encoder or self.default_pair[1])
-        if key in self._pipelines:
-            return self._pipelines[key], self._locks[key]
-        for name, allowed, prefixes in ((key[0], self.image_choices, ("hf-image:", "jepa:")),
-                                        (key[1], self.text_choices, ("hf-text:", "jepa:"))):
-            if name not in allowed and not name.startswith(prefixes):
-                raise DemoInputError(f"unknown encoder {name!r}; pick one from the list")
+        got = self._pipelines.get(key)
+        if got is not None:
+            return got, self._locks[key]
+        for name, allowed in ((key[0], self.image_choices), (key[1], self.text_choices)):
+            if not isinstance(name, str) or name not in allowed:  # only what the dropdowns list: no paths
+                shown = name[:80] if isinstance(name, str) else type(name).__name__
+                raise DemoInputError(f"unknown encoder {shown!r}; pick one from the list")
         with self._build_lock:  # two requests for a new pair build it once
             if key not in self._pipelines:
                 self.notify(f"first use of {key[0]} + {key[1]}: embedding the train set and fitting the "
@@ -320,9 +331,12 @@ class DemoHandlers:
                     p = self.factory(*key)
                 except CaptionerError as e:
                     raise DemoInputError(f"cannot use {key[0]} + {key[1]}: {e}") from None
-                self._pipelines[key] = p
                 self._locks[key] = threading.Lock()
-        return self._pipelines[key], self._locks[key]
+                self._pipelines[key] = p  # may evict the least recently used other pair
+                for k in [k for k in self._locks if k not in self._pipelines and k != key]:
+                    del self._locks[k]
+            p = self._pipelines.get(key) or p
+        return p, self._locks[key]
 
     def _rotation(self, rotation: str | None) -> str:
         rotation = rotation or self.rotations[0]
@@ -406,11 +420,11 @@ class DemoHandlers:
         try:
             n_perm = max(1, min(200, int(n_perm)))
             key = (image_encoder or self.default_pair[0], text_encoder or self.default_pair[1], n_perm)
-            if key not in self._reports:
+            rep = self._reports.get(key)
+            if rep is None:
                 pipe, lock = self.pipeline(image_encoder, text_encoder)
                 with lock:
-                    self._reports[key] = pipe.alignment_report(n_perm=n_perm)
-            rep = self._reports[key]
+                    rep = self._reports[key] = pipe.alignment_report(n_perm=n_perm)
             rows = []
             for name, m in rep.get("metrics", {}).items():
                 std = float(m.get("null_std") or 0.0)

@@ -16,3 +16,7 @@ class BadImageError(CaptionerError):
 
 class CacheMismatchError(CaptionerError):
     """A saved artifact (cache, rotation, checkpoint) made by another encoder, dataset or config."""
+
+
+class DamagedArtifactError(CaptionerError):
+    """A saved artifact (cache, rotation, checkpoint) that cannot be read: truncated, empty or garbled."""

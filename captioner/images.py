@@ -6,7 +6,9 @@ huge images are downscaled while decoding instead of tripping Pillow's decompres
 """
 from __future__ import annotations
 
+import errno
 import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 from typing import Union
@@ -22,6 +24,9 @@ ImageSource = Union[str, os.PathLike, Image.Image, Callable[[], Image.Image]]
 MAX_PIXELS = 4096 * 4096
 # Pillow's own guard refuses images above 2 x MAX_IMAGE_PIXELS; we handle size ourselves, within reason.
 HARD_MAX_PIXELS = 20000 * 20000
+# ... and no decode may allocate more than this for its raster (a 10000 x 10000 RGB photo takes 381 MiB;
+# a 20000 x 20000 RGBA PNG, 1.5 MB on disk, would take 1,526 MiB and is refused from its header).
+MAX_DECODE_BYTES = 512 * 2**20
 
 
 def to_rgb(im: Image.Image, background=(255, 255, 255)) -> Image.Image:
@@ -49,13 +54,65 @@ def to_rgb(im: Image.Image, background=(255, 255, 255)) -> Image.Image:
     return im
 
 
+def _open_path(path: Path, max_pixels: int) -> Image.Image:
+    """Open a file lazily, check its header's size against the pixel and memory budgets, then decode
+    (JPEG at a reduced scale when it is large). Raises BadImageError naming the file."""
+    try:
+        st = os.stat(path)  # follows symlinks: a loop raises ELOOP here
+    except FileNotFoundError:
+        raise BadImageError(path, "file not found; check the path or the dataset root") from None
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise BadImageError(path, "symbolic link loop; point the link at a real file") from None
+        raise BadImageError(path, f"cannot read ({e.strerror}); check its permissions") from None
+    if stat.S_ISDIR(st.st_mode):
+        raise BadImageError(path, "is a folder, not an image file")
+    if not stat.S_ISREG(st.st_mode):  # a FIFO, socket or device: opening it could block forever
+        raise BadImageError(path, "not a regular file (a pipe, socket or device); give an image file")
+    try:
+        im = Image.open(path)
+        w, h = im.size
+        if w * h > HARD_MAX_PIXELS:
+            raise BadImageError(path, f"image is {w}x{h} pixels, above the {HARD_MAX_PIXELS:,} pixel limit; "
+                                      "downscale it first")
+        if w * h > max_pixels and im.format == "JPEG":
+            im.draft("RGB", (max(1, w * 4096 // max(w, h)), max(1, h * 4096 // max(w, h))))
+        need = decoded_bytes(im)
+        if need > MAX_DECODE_BYTES:
+            raise BadImageError(path, f"image is {w}x{h} {im.mode}: decoding it would take "
+                                      f"{need / 2**20:,.0f} MiB, above the {MAX_DECODE_BYTES / 2**20:,.0f} MiB "
+                                      "limit; downscale it first")
+        im.load()
+        return im
+    except BadImageError:
+        raise
+    except UnidentifiedImageError:
+        raise BadImageError(path, "not an image Pillow can read (PNG, JPEG, GIF, BMP, TIFF, WebP ...)") from None
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
+        raise BadImageError(path, f"unreadable or truncated image ({e}); re-export or remove the file") from None
+    except MemoryError:
+        raise BadImageError(path, "out of memory while decoding; downscale it first") from None
+
+
+def decoded_bytes(im: Image.Image) -> int:
+    """Bytes Pillow allocates for the raster of ``im`` (opened, not loaded) at its current (draft) size:
+    one byte a pixel for 1/L/P, two for 16-bit, four for every other mode (Pillow keeps RGB in 32 bits)."""
+    w, h = im.size
+    per_pixel = 1 if im.mode in ("1", "L", "P") else 2 if im.mode.startswith("I;16") else 4
+    return w * h * per_pixel
+
+
 def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS) -> Image.Image:
     """Load ``src`` (a path, a PIL image, or a zero-argument renderer) as an RGB PIL image.
+
+    Files are checked before decoding: only regular files are opened, and an image whose decoded raster
+    would exceed :data:`MAX_DECODE_BYTES` (after JPEG's reduced-scale decoding) is refused.
 
     Raises
     ------
     BadImageError
-        The file is missing, is not an image, or is truncated; the message names the file and the fix.
+        The file is missing, is not an image, is too large, or is truncated; the message names the file
+        and the fix.
     """
     if isinstance(src, Image.Image):
         im = src
@@ -64,27 +121,8 @@ def load_image(src: ImageSource, max_pixels: int = MAX_PIXELS) -> Image.Image:
         im = src()
         name = getattr(src, "__name__", "<rendered image>")
     else:
-        path = Path(src)
-        name = str(path)
-        if not path.exists():
-            raise BadImageError(path, "file not found; check the path or the dataset root")
-        if path.is_dir():
-            raise BadImageError(path, "is a folder, not an image file")
-        try:
-            im = Image.open(path)
-            w, h = im.size
-            if w * h > HARD_MAX_PIXELS:
-                raise BadImageError(path, f"image is {w}x{h} pixels, above the {HARD_MAX_PIXELS:,} pixel limit; "
-                                          "downscale it first")
-            if w * h > max_pixels and im.format == "JPEG":
-                im.draft("RGB", (max(1, w * 4096 // max(w, h)), max(1, h * 4096 // max(w, h))))
-            im.load()
-        except BadImageError:
-            raise
-        except UnidentifiedImageError:
-            raise BadImageError(path, "not an image Pillow can read (PNG, JPEG, GIF, BMP, TIFF, WebP ...)") from None
-        except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as e:
-            raise BadImageError(path, f"unreadable or truncated image ({e}); re-export or remove the file") from None
+        name = str(src)
+        im = _open_path(Path(src), max_pixels)
     try:
         if im.width * im.height > max_pixels:
             im.thumbnail((4096, 4096))

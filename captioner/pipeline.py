@@ -29,7 +29,9 @@ from pathlib import Path
 
 import numpy as np
 
+from captioner.artifacts import key_lock, quarantine
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
+from captioner.lru import LRU
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
@@ -61,6 +63,9 @@ def decoder_cache_key(text_fingerprint: dict, preset_name: str, overrides: dict 
 
 def _ms(t0: float) -> float:
     return round((time.perf_counter() - t0) * 1000.0, 2)
+
+
+MAX_HEADS = 32  # zero-shot heads kept per pipeline (the least recently used label list goes first)
 
 
 class Pipeline:
@@ -118,7 +123,7 @@ class Pipeline:
         self._pairs = None
         self._maps: dict = {}
         self._decoder = None
-        self._heads: dict = {}
+        self._heads = LRU(MAX_HEADS)  # one zero-shot head per label list: bounded for a server
         self._affine: dict = {}
 
     # -- construction ------------------------------------------------------------------------------------
@@ -280,20 +285,17 @@ class Pipeline:
             opts = self._fit_options(kind)
             path = subdir("rotations") / (f"{kind}-{slug(self.image_encoder, 40)}-{slug(self.text_encoder, 40)}-"
                                           f"{self._artifact_key(kind, key_params(kind, **opts))}.safetensors")
-            if path.exists() and path.with_suffix(".json").exists():
-                try:
-                    m = load_map(path, x_encoder=fx, y_encoder=fy)
-                except MismatchError as e:
-                    raise CacheMismatchError(str(e)) from None
-            else:
-                t0 = time.time()
-                self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
-                try:
-                    m = get_kind(kind).fit(_PipelineSource(self, fx, fy), **opts).map
-                except AlignmentError as e:
-                    raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
-                m.meta["fit_seconds"] = round(time.time() - t0, 3)
-                m.save(path)
+            with key_lock(path, what=f"the {kind} rotation {path.name}"):  # one process fits, the others load
+                m = _load_or_heal(path, fx, fy)
+                if m is None:
+                    t0 = time.time()
+                    self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
+                    try:
+                        m = get_kind(kind).fit(_PipelineSource(self, fx, fy), **opts).map
+                    except AlignmentError as e:
+                        raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
+                    m.meta["fit_seconds"] = round(time.time() - t0, 3)
+                    m.save(path)
             self._maps[kind] = m
             return m
 
@@ -349,13 +351,14 @@ class Pipeline:
                 self._decoder = load_onnx_decoder(path, enc.fingerprint())
                 if self._decoder is not None:
                     return self._decoder
-            if not path.exists() or not _complete(path):
-                self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
-                          f"{tcfg.steps} steps) -> {path}")
-            self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
-                                          progress=self.progress, vocab_priority=len(self.bank()))
-            if self.beam <= 1 and self.device == "cpu" and _complete(path):
-                self._export_decoder(path)
+            with key_lock(path, what=f"the caption decoder {path.name}"):  # one process trains, others load
+                if not path.exists() or not _complete(path):
+                    self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
+                              f"{tcfg.steps} steps) -> {path}")
+                self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
+                                              progress=self.progress, vocab_priority=len(self.bank()))
+                if self.beam <= 1 and self.device == "cpu" and _complete(path):
+                    self._export_decoder(path)
             return self._decoder
 
     def _export_decoder(self, path: Path) -> None:
@@ -591,6 +594,24 @@ class _AffineMap:
         if name == "map":
             raise AttributeError(name)
         return getattr(self.map, name)
+
+
+def _load_or_heal(path: Path, fx: dict, fy: dict):
+    """The cached map at ``path``; None when there is none, or when it was damaged (then it is moved aside,
+    named in one line, to be fitted again)."""
+    from alignment.errors import AlignmentError, MismatchError
+    from alignment.procrustes import load_map
+
+    side = path.with_suffix(".json")
+    if not (path.exists() and side.exists()):
+        return None
+    try:
+        return load_map(path, x_encoder=fx, y_encoder=fy)
+    except MismatchError as e:
+        raise CacheMismatchError(str(e)) from None
+    except AlignmentError as e:
+        quarantine(path, str(e).split(": ", 1)[-1].split(";")[0], side)
+        return None
 
 
 def _complete(path: Path) -> bool:

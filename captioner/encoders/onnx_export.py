@@ -175,12 +175,14 @@ def checked_export(cls, path: Path, export, reference, name: str, rtol: float = 
     loads need no torch. A failed check raises (the caller falls back to torch)."""
     import json
 
+    from captioner.artifacts import key_lock
     from captioner.encoders.base import hash_files
     from captioner.paths import atomic_write_json
 
-    if not path.exists():
-        log.info("exporting %s to %s", name, path)
-        export()
+    with key_lock(path, what=f"the ONNX export {path.name}"):  # one process exports, the others load it
+        if not path.exists():
+            log.info("exporting %s to %s", name, path)
+            export()
     m = cls(path)
     if reference is None:
         return m

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 import math
 import os
 import random
@@ -299,15 +300,20 @@ def _to(batch: dict, device) -> dict:
     return {k: mv(v) for k, v in batch.items()}
 
 
-def _truncate_log(log: Path, step: int) -> None:
-    """Drop log rows past the checkpoint's step: that progress was lost with the kill."""
+def _truncate_log(log: Path, step: int) -> float:
+    """Drop log rows past the checkpoint's step: that progress was lost with the kill. Returns the
+    ``seconds`` of the last row kept, from which a resumed run's clock continues (0.0 without one)."""
     if not log.exists():
-        return
+        return 0.0
     with open(log, newline="") as f:
         rows = list(csv.reader(f))
     keep = [rows[0]] + [r for r in rows[1:] if r and int(r[0]) <= step] if rows else []
     with open(log, "w", newline="") as f:
         csv.writer(f).writerows(keep)
+    try:
+        return float(keep[-1][5]) if len(keep) > 1 else 0.0
+    except (IndexError, ValueError):
+        return 0.0
 
 
 def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, progress: bool = True,
@@ -349,6 +355,9 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
                                  "another --out")
         ck = load_checkpoint(ckpt_path)
         check_compatible(ck["config"], cfg, str(ckpt_path))
+    elif resume:
+        logging.getLogger("captioner").warning("%s: no checkpoint to resume (no %s); starting from step 0",
+                                               out, CHECKPOINT)
 
     acc = make_accelerator(cfg)
     old_threads = torch.get_num_threads()
@@ -390,7 +399,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     raw = acc.unwrap_model(model)
 
     log = out / "log.csv"
-    _truncate_log(log, start)
+    clock = _truncate_log(log, start)  # the log's seconds run on across resumes
     new_log = not log.exists() or log.stat().st_size == 0
     logf = open(log, "a", newline="") if acc.is_main_process else None
     writer = csv.writer(logf) if logf else None
@@ -447,7 +456,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
             last_loss = lval
             if writer:
                 writer.writerow([step + 1, f"{lval:.6g}", f"{pval:.6g}", f"{rval:.6g}",
-                                 f"{lr:.6g}", f"{time.time() - t0:.3f}"])
+                                 f"{lr:.6g}", f"{clock + time.time() - t0:.3f}"])
             bar.update(1)
             bar.set_postfix(loss=f"{lval:.4f}")
             if (step + 1) % cfg.save_every == 0 or step + 1 == cfg.steps:
