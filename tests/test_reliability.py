@@ -76,7 +76,7 @@ def test_three_processes_on_one_cache_key_build_it_once(tmp_path):
     from pathlib import Path
     from captioner.cache import embed
     from tests.fakes import FakeImageEncoder
-    from tests.test_reliability import _dataset
+    from captioner.datasets import CaptionDataset, Sample
 
     class Slow(FakeImageEncoder):
         def _encode(self, batch):
@@ -85,7 +85,9 @@ def test_three_processes_on_one_cache_key_build_it_once(tmp_path):
             time.sleep(0.3)
             return super()._encode(batch)
 
-    ds = _dataset(Path({str(tmp_path / "imgs")!r}), n=8)
+    folder = Path({str(tmp_path / "imgs")!r})  # made by the test: the workers only read it
+    ds = CaptionDataset("toy", "test", [Sample(f"s{{i}}", str(folder / f"im{{i}}.png"), [f"caption {{i}}"])
+                                        for i in range(8)])
     es = embed(Slow(), ds, batch_size=4, progress=False)
     print(es.X.shape[0], float(np.round(es.X.sum(), 5)))
     """
