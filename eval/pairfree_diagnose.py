@@ -1,0 +1,160 @@
+"""Validate the pair-free feasibility verdict (``alignment.diagnose``) on cases whose answer is measured,
+and the CKA table of every offline encoder pair on Tux Paint pairs.
+
+Outcome of a case ("works"): the matcher's rotation retrieves each image's true partner (R@1 among all
+text rows, by distance after mapping) at least half as often as the oracle rotation (Procrustes on the true
+pairs), and above 3x chance. Cases: synthetic power-law clouds (Y = X Q + sigma rms(X) noise, optionally
+half of Y replaced by new points) at rising sigma, independent clouds, and real encoder pairs on the Tux
+Paint train split (image-text, and image-image / text-text pairs of offline encoders).
+
+    captioner align diagnose-validate [--no-real] [--n 1000]
+    captioner align cka-table [--split train]
+"""
+from __future__ import annotations
+
+import os
+import time
+
+import numpy as np
+
+SYNTHETIC = [(s, ov) for ov in (1.0, 0.5) for s in (0.0, 0.5, 0.8, 1.2, 1.6, 2.5, 4.0)]
+REAL = [("efficientnet-lite0", "minilm-l6"), ("efficientnet-lite2", "mpnet"), ("efficientnet-lite1", "minilm-l3"),
+        ("efficientnet-lite2", "minilm-l6"), ("efficientnet-lite0", "efficientnet-lite2"),
+        ("efficientnet-lite0", "efficientnet-lite1"), ("minilm-l6", "minilm-l3"), ("minilm-l6", "mpnet")]
+IMAGE_ENCODERS = ["efficientnet-lite0", "efficientnet-lite1", "efficientnet-lite2", "efficientnet-lite0@11",
+                  "efficientnet-lite0@14"]
+TEXT_ENCODERS = ["minilm-l6", "minilm-l3", "mpnet"]
+
+
+def synthetic(n: int, d: int, noise: float, overlap: float, seed: int):
+    """X (n, d), Y (n, d) shuffled, true (n,) with Y[true[i]] the partner of X[i] (-1: no partner)."""
+    rng = np.random.default_rng(seed)
+    lam = np.arange(1, d + 1, dtype=np.float64) ** -1.0
+    basis = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    X = (rng.standard_normal((n, d)) * np.sqrt(lam)) @ basis
+    Y = X @ Q + noise * np.sqrt(lam.mean()) * rng.standard_normal((n, d))
+    m = int(round((1 - overlap) * n))
+    partner = np.arange(n)
+    if m:
+        Y[:m] = ((rng.standard_normal((m, d)) * np.sqrt(lam)) @ basis) @ Q
+        partner[:m] = -1
+    order = rng.permutation(n)
+    inv = np.empty(n, np.int64)
+    inv[order] = np.arange(n)
+    true = np.where(partner >= 0, inv[np.arange(n)], -1)
+    return X.astype(np.float32), Y[order].astype(np.float32), true
+
+
+def _r1(M, Y, true) -> float:
+    ok = true >= 0
+    Mc, Yc = M - Y.mean(0), Y - Y.mean(0)
+    D = (Mc ** 2).sum(1)[:, None] - 2 * Mc @ Yc.T + (Yc ** 2).sum(1)[None, :]
+    return float((D.argmin(1)[ok] == true[ok]).mean())
+
+
+def outcome(X, Y, true, seed: int = 0) -> dict:
+    """Measured: the matcher's R@1 vs the oracle's (Procrustes on the true pairs) and chance."""
+    from alignment.pairfree import match
+    from alignment.procrustes import fit_procrustes
+
+    ok = true >= 0
+    res = match(X, Y, method="ours", dim=min(32, X.shape[1], Y.shape[1]), seed=seed)
+    dim = min(32, X.shape[1], Y.shape[1]) if min(X.shape[1], Y.shape[1]) > 32 else None
+    oracle = fit_procrustes(X[ok], Y[true[ok]], dim=dim)
+    r_m, r_o = _r1(res.rotation.transform(X), Y, true), _r1(oracle.transform(X), Y, true)
+    chance = 1.0 / len(Y)
+    return {"r1": r_m, "oracle_r1": r_o, "chance": chance, "works": bool(r_m >= 0.5 * r_o and r_m > 3 * chance)}
+
+
+def _real_case(a: str, b: str):
+    from captioner.cache import embed
+    from captioner.datasets import get_dataset
+
+    ds = get_dataset("tuxpaint", "train")
+    ea, eb = (embed(e, ds, progress=False) for e in (a, b))
+    rows = {s: i for i, s in enumerate(eb.sample_ids)}
+    keep = [i for i, s in enumerate(ea.sample_ids) if s in rows]
+    X = ea.X[keep]
+    Y = eb.X[[rows[ea.sample_ids[i]] for i in keep]]
+    order = np.random.default_rng(0).permutation(len(Y))
+    inv = np.empty(len(Y), np.int64)
+    inv[order] = np.arange(len(Y))
+    return X, Y[order], inv
+
+
+def cases(n: int = 1000, real: bool = True):
+    """(name, kind, X, Y, true) for every validation case (synthetic seeds 1.., not the tuning seed 0)."""
+    for i, (s, ov) in enumerate(SYNTHETIC):
+        yield (f"synthetic noise {s} overlap {ov:.0%}", "synthetic", *synthetic(n, 64, s, ov, seed=1 + i))
+    rng = np.random.default_rng(99)
+    for i in range(2):
+        lam = np.arange(1, 65) ** -0.5
+        X = (rng.standard_normal((n, 64)) * lam).astype(np.float32)
+        Y = (rng.standard_normal((n, 64)) * lam).astype(np.float32)
+        yield f"independent clouds #{i + 1}", "synthetic", X, Y, rng.permutation(n)
+    if real:
+        for a, b in REAL:
+            yield f"tuxpaint train {a} -> {b}", "real", *_real_case(a, b)
+
+
+def run(n: int = 1000, real: bool = True, restarts: int = 3) -> dict:
+    from alignment.diagnose import diagnose
+
+    rows, t0 = [], time.time()
+    for name, kind, X, Y, true in cases(n, real):
+        ok = true >= 0
+        d = diagnose(X, Y, pairs=None, restarts=restarts)
+        pa = diagnose(X, Y, pairs=(X[ok], Y[true[ok]]), restarts=0, n_perm=10)["paired"] if kind == "real" else None
+        o = outcome(X, Y, true)
+        rows.append({"case": name, "kind": kind, "n": int(len(X)), **{k: d["unpaired"][k] for k in
+                     ("spectrum", "distances", "knn_graph", "stability", "surrogate_margin")},
+                     "unbiased_cka": pa["unbiased_cka"]["score"] if pa else None,
+                     "verdict": d["verdict"], "reason": d["reason"], **o,
+                     "agree": (d["verdict"] == "feasible") == o["works"]})
+    acc = float(np.mean([r["agree"] for r in rows]))
+    return {"cases": rows, "accuracy": acc, "n_cases": len(rows), "seconds": round(time.time() - t0, 1),
+            "loadavg": os.getloadavg()}
+
+
+def table(res: dict) -> str:
+    lines = ["| case | spectrum | distances | kNN graph | stability | surrogate margin | verdict | matcher R@1 | "
+             "oracle R@1 | works | agree |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in res["cases"]:
+        lines.append(f"| {r['case']} | {r['spectrum']:.2f} | {r['distances']:.2f} | {r['knn_graph']:.2f} | "
+                     f"{r['stability']:.2f} | {r['surrogate_margin']:+.3f} | {r['verdict']} | {r['r1']:.3f} | "
+                     f"{r['oracle_r1']:.3f} | {'yes' if r['works'] else 'no'} | {'yes' if r['agree'] else 'NO'} |")
+    lines.append(f"\nverdict agrees with the measured outcome on {sum(r['agree'] for r in res['cases'])} of "
+                 f"{res['n_cases']} cases ({100 * res['accuracy']:.0f} %); {res['seconds']} s, load "
+                 f"{tuple(round(v, 2) for v in res['loadavg'])}")
+    return "\n".join(lines)
+
+
+def cka_table(split: str = "train", images=None, texts=None, n_perm: int = 20) -> dict:
+    """Paired CKA / unbiased CKA / mutual k-NN (z vs a permutation null) of every image x text encoder pair."""
+    from alignment.diagnose import paired_signals
+    from captioner.cache import embed, paired
+    from captioner.datasets import get_dataset
+
+    ds = get_dataset("tuxpaint", split)
+    emb = {e: embed(e, ds, progress=False) for e in list(images or IMAGE_ENCODERS) + list(texts or TEXT_ENCODERS)}
+    rows = []
+    for a in images or IMAGE_ENCODERS:
+        for b in texts or TEXT_ENCODERS:
+            X, Y, sids = paired(emb[a], emb[b], reduce="mean")
+            s = paired_signals(X, Y, n_perm=n_perm)
+            rows.append({"image": a, "text": b, "n_pairs": len(sids), **s})
+    best = max(rows, key=lambda r: r["unbiased_cka"]["score"])
+    return {"split": f"tuxpaint/{split}", "rows": rows, "best": [best["image"], best["text"]]}
+
+
+def cka_table_text(res: dict) -> str:
+    lines = [f"Paired probe set: {res['split']} ({res['rows'][0]['n_pairs']} pairs; text row = mean of the "
+             "sample's captions)", "", "| image encoder | text encoder | CKA | unbiased CKA (z) | mutual k-NN (null, z) |",
+             "|---|---|---|---|---|"]
+    for r in res["rows"]:
+        u, m = r["unbiased_cka"], r["mutual_knn"]
+        lines.append(f"| {r['image']} | {r['text']} | {r['cka']['score']:.3f} | {u['score']:.3f} ({u['z']:.1f}) | "
+                     f"{m['score']:.3f} ({m['null_mean']:.3f}, {m['z']:.1f}) |")
+    lines.append(f"\nbest pair by unbiased CKA: {res['best'][0]} + {res['best'][1]}")
+    return "\n".join(lines)
