@@ -237,8 +237,42 @@ def _load_json(path: Path, what: str):
     try:
         with open(path, encoding="utf-8") as f:
             return json.load(f)
-    except ValueError as e:
-        raise CaptionerError(f"{path}: not valid JSON ({e}); expected {what}") from None
+    except (ValueError, RecursionError) as e:  # UnicodeDecodeError is a ValueError
+        raise CaptionerError(f"{path}: not valid JSON ({str(e)[:200]}); expected {what}") from None
+    except OSError as e:
+        raise CaptionerError(f"{path}: cannot read ({e.strerror}); expected {what}") from None
+
+
+def _bad_entry(jpath: Path, where: str, problem: str) -> CaptionerError:
+    """The one-line error for a malformed dataset entry: the file, the entry, what is wrong, the fix."""
+    return CaptionerError(f"{jpath}: {where} {problem}; fix or remove that entry")
+
+
+def _rel_name(jpath: Path, where: str, value, field_name: str, allow_empty: bool = False) -> str:
+    """A file name (or sub-folder) from the JSON: a string, relative, never leaving the dataset root."""
+    if not isinstance(value, str) or (not value and not allow_empty):
+        raise _bad_entry(jpath, where, f"has {field_name} {value!r}, expected a file name")
+    if "\x00" in value or Path(value).is_absolute() or ".." in Path(value).parts:
+        raise _bad_entry(jpath, where, f"has {field_name} {value[:80]!r}, which leaves the dataset folder")
+    return value
+
+
+def _karpathy_captions(jpath: Path, where: str, sentences) -> list[str]:
+    if not isinstance(sentences, list):
+        raise _bad_entry(jpath, where, f"has 'sentences' {str(sentences)[:60]!r}, expected a list of "
+                                       '{"raw": "..."} objects')
+    caps = []
+    for j, x in enumerate(sentences):
+        raw = x.get("raw") if isinstance(x, dict) else None
+        toks = x.get("tokens") if isinstance(x, dict) else None
+        if isinstance(raw, str) and raw.strip():
+            caps.append(raw.strip())
+        elif isinstance(toks, list) and all(isinstance(t, str) for t in toks):
+            caps.append(" ".join(toks).strip())
+        elif not (isinstance(x, dict) and (raw is None or isinstance(raw, str)) and toks is None):
+            raise _bad_entry(jpath, f"{where}.sentences[{j}]", "has no 'raw' string (nor a 'tokens' list of "
+                                                               "strings)")
+    return [c for c in caps if c]
 
 
 def coco_karpathy(root: str | os.PathLike, split: str = "test", json_name: str = "dataset_coco.json",
@@ -258,17 +292,23 @@ def coco_karpathy(root: str | os.PathLike, split: str = "test", json_name: str =
         if not isinstance(im, dict) or "filename" not in im or "sentences" not in im:
             raise CaptionerError(f"{jpath}: images[{i}] lacks 'filename' or 'sentences'; "
                                  "is this the Karpathy dataset_coco.json?")
-        s = "train" if im.get("split") == "restval" else im.get("split")
+        where = f"images[{i}]"
+        if not isinstance(im.get("split"), str):
+            raise _bad_entry(jpath, where, f"has split {im.get('split')!r}, expected train/val/test/restval")
+        s = "train" if im["split"] == "restval" else im["split"]
         if split != "all" and s != split:
             continue
-        caps = [(x.get("raw") or " ".join(x.get("tokens", []))).strip() for x in im["sentences"]]
-        caps = [c for c in caps if c]
-        sid = str(im.get("cocoid", im.get("imgid", i)))
+        caps = _karpathy_captions(jpath, where, im["sentences"])
+        sid = im.get("cocoid", im.get("imgid", i))
+        if not isinstance(sid, (int, str)) or isinstance(sid, bool):
+            raise _bad_entry(jpath, where, f"has cocoid {sid!r}, expected a number")
+        sid = str(sid)
         if not caps:
             skipped.append((sid, "no non-empty caption"))
             continue
-        fp = im.get("filepath", "")
-        cands = [root / fp / im["filename"], root / "images" / fp / im["filename"], root / im["filename"]]
+        fp = _rel_name(jpath, where, im.get("filepath", ""), "filepath", allow_empty=True)
+        name = _rel_name(jpath, where, im["filename"], "filename")
+        cands = [root / fp / name, root / "images" / fp / name, root / name]
         path = next((c for c in cands if c.exists()), cands[0])
         if check_files and not path.exists():
             skipped.append((sid, f"missing image {path}"))
@@ -293,16 +333,24 @@ def coco_official(root: str | os.PathLike, split: str = "val2014", check_files: 
         raise CaptionerError(f"{jpath}: wrong shape: expected 'images' and 'annotations' lists "
                              "(an official COCO captions file)")
     caps: dict = {}
-    for a in data["annotations"]:
-        c = str(a.get("caption", "")).strip()
-        if c:
-            caps.setdefault(a["image_id"], []).append(c)
+    for j, a in enumerate(data["annotations"]):
+        iid = a.get("image_id") if isinstance(a, dict) else None
+        if not isinstance(iid, int) or isinstance(iid, bool):
+            raise _bad_entry(jpath, f"annotations[{j}]", f"has image_id {iid!r}, expected the number of an image")
+        c = a.get("caption")
+        if not isinstance(c, str):
+            raise _bad_entry(jpath, f"annotations[{j}]", f"has caption {str(c)[:60]!r}, expected a string")
+        if c.strip():
+            caps.setdefault(iid, []).append(c.strip())
     out, skipped = [], []
-    for im in data["images"]:
-        sid = im["id"]
-        path = root / split / im["file_name"]
-        if not path.exists() and (root / im["file_name"]).exists():
-            path = root / im["file_name"]
+    for i, im in enumerate(data["images"]):
+        sid = im.get("id") if isinstance(im, dict) else None
+        if not isinstance(sid, int) or isinstance(sid, bool):
+            raise _bad_entry(jpath, f"images[{i}]", f"has id {sid!r}, expected a number")
+        name = _rel_name(jpath, f"images[{i}]", im.get("file_name"), "file_name")
+        path = root / split / name
+        if not path.exists() and (root / name).exists():
+            path = root / name
         if sid not in caps:
             skipped.append((str(sid), "no caption"))
         elif check_files and not path.exists():
@@ -337,19 +385,31 @@ def image_folder(root: str | os.PathLike, split: str = "val", classes: list[tupl
     if not base.is_dir():
         raise CaptionerError(f"{root}: not a folder; expected {root}/{split}/<class>/<image files>")
     if classes is None:
-        classes = [(d.name, d.name.replace("_", " ")) for d in sorted(base.iterdir()) if d.is_dir()]
+        try:
+            classes = [(d.name, d.name.replace("_", " ")) for d in sorted(base.iterdir()) if d.is_dir()]
+        except OSError as e:
+            raise CaptionerError(f"{base}: cannot list the folder ({e.strerror}); fix its permissions") from None
     out, skipped = [], []
     for wnid, cname in classes:
         d = base / wnid
         if not d.is_dir():
             skipped.append((wnid, f"missing class folder {d}"))
             continue
-        for f in sorted(d.iterdir()):
+        try:
+            files = sorted(d.iterdir())
+        except OSError as e:
+            raise CaptionerError(f"{d}: cannot list the class folder ({e.strerror}); fix its permissions or "
+                                 "remove it") from None
+        for f in files:
             if f.suffix.lower() not in IMAGE_EXTS:
                 continue
             txt = f.with_suffix(".txt")
-            cap = _first_caption(txt) if txt.exists() else f"a photo of a {cname}."
-            out.append(Sample(id=f"{wnid}/{f.stem}", source=str(f), captions=[cap], label=cname))
+            try:
+                cap = _first_caption(txt) if txt.is_file() else f"a photo of a {cname}."
+            except OSError as e:
+                raise CaptionerError(f"{txt}: cannot read the caption ({e.strerror}); fix or remove it") from None
+            out.append(Sample(id=f"{wnid}/{f.stem}", source=str(f), captions=[cap or f"a photo of a {cname}."],
+                              label=cname))
     if not out:
         raise CaptionerError(f"{base}: no images found in class folders"
                              + (f" (first problem: {skipped[0][1]})" if skipped else ""))
