@@ -6,7 +6,7 @@ import pytest
 
 from alignment.bench import make_problem
 from alignment.errors import AlignmentError
-from alignment.pairfree import knn, match, match_gw, match_pairfree
+from alignment.pairfree import knn, match, match_gw, match_pairfree, residual
 from alignment.procrustes import random_orthogonal
 
 
@@ -97,14 +97,46 @@ def test_wasserstein_procrustes_recovers_small_case():
     assert res.info["ot_cost"] < 0.01 and [k for k, _ in res.info["stages"]] == [4, 8]
 
 
-def test_auto_keeps_confident_ours_and_falls_back_to_wp_on_unrelated_clouds(rng):
+def test_auto_keeps_converged_ours_and_otherwise_picks_the_lower_residual(rng, monkeypatch):
     X, Y, true, _ = make_problem(200, 8, seed=10)
     res = match(X, Y)  # method="auto"
+    assert res.info["auto"] == {"chosen": "ours", "ours_mutual": 1.0, "ran": ["ours"]} and res.accuracy(true) == 1.0
+    # below the trust level auto also runs wp and keeps the rotation whose residual is lower: on a solvable
+    # problem that is the exact answer, whichever candidate found it
+    import alignment.pairfree as pf
+
+    monkeypatch.setattr(pf, "AUTO_TRUST_MUTUAL", 1.01)
+    X2, Y2, true2, _ = make_problem(300, 8, seed=13)
+    res = match(X2, Y2, starts=4, keep=1, expand=2)
+    assert res.accuracy(true2) == 1.0
+    a = res.info["auto"]
+    assert a["ran"] == ["ours", "wp"]
+    assert a["chosen"] == min(a["residual"], key=a["residual"].get)
+    assert residual(res.rotation, X2, Y2) == pytest.approx(a["residual"][a["chosen"]], abs=1e-5)
+
+
+def test_auto_keeps_the_right_answer_at_high_noise():
+    # noise 1.0 x rms: the old ratio test scored this correct answer 0 and handed over to wp (about 0% right)
+    X, Y, true, _ = make_problem(1000, 64, noise=1.0, seed=11)
+    res = match(X, Y)
     assert res.info["auto"]["chosen"] == "ours" and res.accuracy(true) == 1.0
-    # two unrelated isotropic clouds: no confident correspondence, so auto hands over to wp
-    res = match(rng.standard_normal((120, 6)), rng.standard_normal((100, 6)), starts=4, keep=1, expand=2)
-    assert res.info["auto"]["chosen"] == "wp" and res.info["auto"]["ours_confident"] < 0.25
-    assert res.rotation.method == "pairfree-wp" and (res.perm >= 0).sum() == 100
+
+
+def test_seeds_are_kept_and_weighted_and_bad_seeds_fail_in_one_line():
+    X, Y, true, _ = make_problem(300, 16, seed=12)
+    seeds = [(i, int(true[i])) for i in range(5)]
+    res = match(X, Y, seeds=seeds, seed_weight=5.0)
+    assert res.accuracy(true) == 1.0 and res.info["seeds"] == 5
+    # a wrong "known" pair is kept in the answer (the caller vouched for it) without spoiling the rest
+    wrong = [(0, int(true[1])), (1, int(true[0]))]
+    res = match_pairfree(X, Y, seeds=wrong)
+    assert res.perm[0] == true[1] and res.perm[1] == true[0] and (res.perm[2:] == true[2:]).all()
+    with pytest.raises(AlignmentError, match=r"names row 300 of X, which has 300 rows"):
+        match(X, Y, seeds=[(0, 1), (300, 2)])
+    with pytest.raises(AlignmentError, match="row of Y twice"):
+        match(X, Y, seeds=[(0, 1), (2, 1)])
+    with pytest.raises(AlignmentError, match="integer"):
+        match(X, Y, seeds=[(0.5, 1)])
 
 
 def test_knn_exact_against_brute_force(rng):
