@@ -147,6 +147,23 @@ def test_embed_two_processes_write_the_one_process_cache(image_encoder, tmp_path
     assert not list(tmp_path.glob(".*partial"))                                 # shards cleaned up
 
 
+def test_embed_on_two_machines_with_the_example_config_file(image_encoder, tmp_path):
+    """docs/accelerate/multi_node.yaml as docs/scaling-out.md runs it: one launcher per machine (here two on
+    this one, 1 process each, machine 0 at 127.0.0.1), same cache as one process."""
+    _reference(image_encoder, tmp_path / "one.safetensors")
+    port = _free_port()
+    procs = [subprocess.Popen([sys.executable, "-m", "accelerate.commands.launch", "--config_file",
+                               str(ROOT / "docs" / "accelerate" / "multi_node.yaml"), "--machine_rank", str(r),
+                               "--num_processes", "2", "--main_process_ip", "127.0.0.1", "--main_process_port",
+                               str(port), "-m", "captioner", *_embed_args(image_encoder, tmp_path / "two.safetensors")],
+                              env=_env(tmp_path / "home"), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for r in (0, 1)]
+    for p in procs:
+        out, err = p.communicate(timeout=240)
+        assert p.returncode == 0 and json.loads(out)["N"] == 600, err[-3000:]
+    assert (tmp_path / "two.safetensors").read_bytes() == (tmp_path / "one.safetensors").read_bytes()
+
+
 def test_embed_processes_that_disagree_all_stop_with_one_line(image_encoder, tmp_path):
     out = tmp_path / "c.safetensors"
     res = by_hand([_embed_args(image_encoder, out, "all"), _embed_args(image_encoder, out, "train")],
