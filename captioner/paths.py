@@ -24,6 +24,13 @@ def subdir(name: str) -> Path:
     return p
 
 
+def short_hash(obj, n: int = 10) -> str:
+    """The first ``n`` hex digits of the SHA-256 of ``obj`` as sorted-key JSON (artifact names)."""
+    import hashlib
+
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:n]
+
+
 def slug(s, cap: int = 60) -> str:
     """``s`` as a file-name part: runs of other characters than ``A-Za-z0-9._-`` become ``_``, at most ``cap``
     characters (file names also carry a hash of the full name, so a cut never makes two artifacts collide)."""

@@ -21,7 +21,6 @@ is what the CLI and the Gradio demo call; keep it stable.
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import threading
 import time
@@ -32,43 +31,18 @@ import numpy as np
 from captioner.artifacts import key_lock, quarantine
 from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
 from captioner.lru import LRU
+from captioner.paths import short_hash
+from captioner.pipeline_decoder import DecoderParts, decoder_cache_key  # noqa: F401  (public here too)
+from captioner.pipeline_zeroshot import ZeroShotParts, _ms
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
 
 
-def _hash(obj) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=str).encode()).hexdigest()[:10]
-
-
-def decoder_cache_key(text_fingerprint: dict, preset_name: str, overrides: dict | None, texts, E,
-                      vocab_priority: int = 0) -> str:
-    """The hash in a trained decoder's checkpoint name: what the trained weights depend on and nothing else.
-
-    That is the text encoder (its fingerprint: name, dims, pooling, weights hash, settings), the decoder
-    settings as resolved from the preset and overrides (so editing a preset trains anew), the corpus
-    (``captioner.decoder.corpus_hash`` of the texts in order and their embeddings, as ``train_decoder``
-    checks it) and how many leading texts seed the vocabulary. JSON with sorted keys, so no dict order,
-    and no path, time or process state goes in; ``save_every`` (when checkpoints are written) is left out.
-    """
-    from dataclasses import asdict
-
-    from captioner.decoder import corpus_hash, preset
-
-    mcfg, tcfg = preset(preset_name, **dict(overrides or {}))
-    train = {k: v for k, v in asdict(tcfg).items() if k != "save_every"}
-    return _hash({"txt": dict(text_fingerprint), "preset": preset_name, "model": asdict(mcfg), "train": train,
-                  "corpus": corpus_hash(list(texts), E), "n": len(texts), "vocab_priority": int(vocab_priority)})
-
-
-def _ms(t0: float) -> float:
-    return round((time.perf_counter() - t0) * 1000.0, 2)
-
-
 MAX_HEADS = 32  # zero-shot heads kept per pipeline (the least recently used label list goes first)
 
 
-class Pipeline:
+class Pipeline(DecoderParts, ZeroShotParts):
     """Caption and classify images with one rotation between separately trained encoders.
 
     Parameters
@@ -255,7 +229,7 @@ class Pipeline:
             return self._pairs[:3]
 
     def _artifact_key(self, kind: str, extra=None) -> str:
-        return _hash({"kind": kind, "img": self.encoder("image").fingerprint(),
+        return short_hash({"kind": kind, "img": self.encoder("image").fingerprint(),
                       "txt": self.encoder("text").fingerprint(), "train": [self.train_set.name,
                       self.train_set.split, self.train_set.key()], "bank": self.bank().key(), "extra": extra})
 
@@ -280,7 +254,7 @@ class Pipeline:
                 self._maps[kind] = m
                 return m
             from captioner.paths import slug, subdir
-            from captioner.rotations import key_params
+            from captioner.rotations import PipelineSource, key_params
 
             opts = self._fit_options(kind)
             path = subdir("rotations") / (f"{kind}-{slug(self.image_encoder, 40)}-{slug(self.text_encoder, 40)}-"
@@ -291,7 +265,7 @@ class Pipeline:
                     t0 = time.time()
                     self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
                     try:
-                        m = get_kind(kind).fit(_PipelineSource(self, fx, fy), **opts).map
+                        m = get_kind(kind).fit(PipelineSource(self, fx, fy), **opts).map
                     except AlignmentError as e:
                         raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
                     m.meta["fit_seconds"] = round(time.time() - t0, 3)
@@ -319,58 +293,6 @@ class Pipeline:
         self.train_pairs()
         return self._pairs[3].X
 
-    # -- decoder ---------------------------------------------------------------------------------------
-    def decoder(self):
-        """The caption decoder for this text encoder (trained on text only on first use)."""
-        from captioner.bank import bank_from_arrays, decoder_corpus
-        from captioner.decoder import preset, train_decoder
-        from captioner.paths import slug, subdir
-
-        with self._lock:
-            if self._decoder is not None:
-                return self._decoder
-            enc = self.encoder("text")
-            if self.decoder_corpus_kind == "bank":
-                texts, E = self.bank().texts, self.bank().E
-            else:
-                texts, E, _ = decoder_corpus(enc, exclude=self.exclude, progress=self.progress,
-                                             device=self.device, n_cupl=self.n_cupl)
-                if self.train_set.name != "tuxpaint":  # another domain: its own captions come first
-                    b = self.bank()
-                    merged = bank_from_arrays(list(b.texts) + list(texts), np.concatenate([b.E, E]),
-                                              enc.fingerprint(), exclude=self.exclude)
-                    texts, E = merged.texts, merged.E
-            mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
-            key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
-                                    vocab_priority=len(self.bank()))
-            path = subdir("checkpoints") / f"decoder-{slug(self.text_encoder, 40)}-{self.decoder_preset}-{key}.pt"
-            serve_onnx = self.beam <= 1 and self.device == "cpu" and path.exists()
-            if serve_onnx:  # greedy on CPU: the onnx export of the checkpoint, if made, spares importing torch
-                from captioner.decoder_onnx import load_onnx_decoder
-
-                self._decoder = load_onnx_decoder(path, enc.fingerprint())
-                if self._decoder is not None:
-                    return self._decoder
-            with key_lock(path, what=f"the caption decoder {path.name}"):  # one process trains, others load
-                if not path.exists() or not _complete(path):
-                    self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
-                              f"{tcfg.steps} steps) -> {path}")
-                self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
-                                              progress=self.progress, vocab_priority=len(self.bank()))
-                if self.beam <= 1 and self.device == "cpu" and _complete(path):
-                    self._export_decoder(path)
-            return self._decoder
-
-    def _export_decoder(self, path: Path) -> None:
-        """Export the trained decoder for onnxruntime (next runs load that); a failure only costs speed."""
-        try:
-            from captioner.decoder_onnx import export_decoder
-
-            export_decoder(self._decoder, path)
-        except Exception as e:  # noqa: BLE001 - e.g. no onnxruntime: the torch decoder serves
-            import logging
-
-            logging.getLogger(__name__).warning("decoder: no onnx export (%s); decoding in torch", e)
 
     # -- building blocks on embeddings -----------------------------------------------------------------
     def encode_images(self, images) -> np.ndarray:
@@ -399,17 +321,11 @@ class Pipeline:
         with self._lock:
             hit = self._affine.get(kind)
             if hit is None or hit[0] is not m:
-                hit = (m, _AffineMap.of(m))
+                from captioner.retrieval import AffineMap
+
+                hit = (m, AffineMap.of(m))
                 self._affine[kind] = hit
             return hit[1]
-
-    def decoder_inputs(self, Q: np.ndarray) -> np.ndarray:
-        """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
-        from captioner.retrieval import onto_manifold, project
-
-        if self.decode_input == "projection":
-            return project(Q, self.bank(), temperature=self.temperature)
-        return onto_manifold(Q, self.bank())
 
     def caption_queries(self, Q: np.ndarray, top_k: int = 5, decode: bool = True) -> list[dict]:
         """Text-space queries (N, D_txt) -> caption dicts (without the encode timing)."""
@@ -482,119 +398,6 @@ class Pipeline:
                                    "decode": o["timings_ms"]["decode"]}
             return out
 
-    def head(self, labels: list[str], templates: list[str] | None = None, definitions=None,
-             mode: str = "templates"):
-        """Zero-shot head (C, D_txt) for a label list (cached per labels and prompts)."""
-        from captioner.assets import templates as load_templates
-        from captioner.zeroshot import LARGE_LABEL_SET, SHORT_TEMPLATES, build_head
-
-        if templates is not None:
-            tpl = list(templates)
-        else:  # all 80 ImageNet templates, or CLIP's best 7 for a large label set (first-use cost)
-            tpl = load_templates("imagenet1k") if len(labels) <= LARGE_LABEL_SET else list(SHORT_TEMPLATES)
-        key = (tuple(labels), tuple(tpl), tuple(definitions or ()), mode)
-        with self._lock:
-            if key not in self._heads:
-                self._heads[key] = build_head(self.encoder("text"), list(labels), tpl, definitions, mode,
-                                              progress=self.progress)
-            return self._heads[key]
-
-    def classifier(self, labels: list[str], rotation: str = "paired", prompt_names: list[str] | None = None,
-                   **head_kw):
-        from captioner.zeroshot import ZeroShotClassifier, check_labels
-
-        labels = check_labels(labels)
-        from captioner.calibration import calibrated_scale
-
-        W = self.head(prompt_names or labels, **head_kw)
-        mu = self.bank().centered()[0]
-        return ZeroShotClassifier(labels, W, self.serving_rotation(rotation), mu=mu,
-                                  logit_scale=calibrated_scale(self, rotation))
-
-    def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired",
-                 templates: list[str] | None = None) -> list[dict]:
-        """Zero-shot classify images among ``labels``.
-
-        ``templates``: the prompts, each with ``{}`` (or ``{c}``) where the label goes, mean-pooled per class
-        (default: the 80 ImageNet templates; CLIP's 7 best of them above 100 labels). The head is cached per
-        labels and templates.
-
-        Returns one dict per image: {"labels": [{"label", "prob"}, ... top_k], "timings_ms": {"encode",
-        "rotate_retrieve"}}.
-        """
-        from captioner.zeroshot import check_labels, topk
-
-        labels = check_labels(labels)
-        if top_k < 1:
-            raise CaptionerError(f"top_k must be >= 1, not {top_k}")
-        if templates is not None:
-            templates = [templates] if isinstance(templates, str) else list(templates)
-            bad = [t for t in templates if not isinstance(t, str) or ("{}" not in t and "{c}" not in t)]
-            if not templates or bad:
-                raise CaptionerError(f"templates must be a non-empty list of strings with '{{}}' where the label "
-                                     f"goes; got {bad[:3] if bad else templates!r}")
-        with self._lock:
-            clf = self.classifier(labels, rotation, templates=templates)
-            t0 = time.perf_counter()
-            X = self.encode_images(images)
-            t_enc = _ms(t0) / len(X)
-            t0 = time.perf_counter()
-            P = clf.predict_proba(X)
-            t_cls = _ms(t0) / len(X)
-            top = topk(P, top_k)
-            return [{"labels": [{"label": labels[j], "prob": float(P[i, j])} for j in top[i]],
-                     "timings_ms": {"encode": round(t_enc, 2), "rotate_retrieve": round(t_cls, 2)}}
-                    for i in range(len(X))]
-
-    def alignment_report(self, n_perm: int = 20) -> dict:
-        """How aligned the two encoders are on the train pairs, against a permutation null.
-
-        Returns {"image_encoder", "text_encoder", "n_pairs", "metrics": {"mutual_knn": {"score", "null_mean",
-        "null_std", ...}, "cka": {...}}, "scaling_plot": path or None}.
-        """
-        from alignment.metrics import permutation_null
-
-        with self._lock:
-            X, Y, _ = self.train_pairs()
-            metrics = {}
-            for name in ("mutual_knn", "cka"):
-                r = permutation_null(name, X, Y, n_perm=n_perm, seed=0)
-                metrics[name] = {k: float(v) for k, v in r.items() if isinstance(v, (int, float, np.floating))}
-            return {"image_encoder": self.image_encoder, "text_encoder": self.text_encoder, "n_pairs": int(len(X)),
-                    "metrics": metrics, "scaling_plot": _latest_scaling_plot()}
-
-
-class _AffineMap:
-    """A fitted linear map as one float32 affine map (see ``Pipeline.serving_rotation``)."""
-
-    def __init__(self, m, W, mean_x, mean_y):
-        self.map, self.W, self.mean_x, self.mean_y = m, W, mean_x, mean_y
-        self.meta = getattr(m, "meta", {})
-
-    @classmethod
-    def of(cls, m):
-        from alignment.procrustes import LinearMap
-
-        if not isinstance(m, LinearMap) or type(m).transform is not LinearMap.transform:
-            return m  # a map with its own transform: used as it is
-        W = np.asarray(m.matrix(), np.float64)
-        return cls(m, np.ascontiguousarray(W, np.float32), np.asarray(m.mean_x, np.float32),
-                   np.asarray(m.mean_y, np.float32))
-
-    def transform(self, X):
-        A = X if isinstance(X, np.ndarray) else None
-        if A is None or A.ndim != 2 or A.shape[1] != self.W.shape[0] or not np.isfinite(A).all():
-            return self.map.transform(X)  # the map's own checks and messages (and torch tensors)
-        A = A.astype(np.float32, copy=False)
-        return (A - self.mean_x) @ self.W + self.mean_y
-
-    __call__ = transform
-
-    def __getattr__(self, name):  # dim_x, dim_y, method ... of the map itself
-        if name == "map":
-            raise AttributeError(name)
-        return getattr(self.map, name)
-
 
 def _load_or_heal(path: Path, fx: dict, fy: dict):
     """The cached map at ``path``; None when there is none, or when it was damaged (then it is moved aside,
@@ -612,53 +415,6 @@ def _load_or_heal(path: Path, fx: dict, fy: dict):
     except AlignmentError as e:
         quarantine(path, str(e).split(": ", 1)[-1].split(";")[0], side)
         return None
-
-
-def _complete(path: Path) -> bool:
-    try:
-        import torch
-
-        return bool(torch.load(path, map_location="cpu", weights_only=False).get("complete"))
-    except Exception:  # unreadable: train_decoder will say so
-        return False
-
-
-def _latest_scaling_plot() -> str | None:
-    """The newest scaling-law plot written by `captioner scaling` under the home folder, if any."""
-    from captioner.paths import home
-
-    try:
-        plots = sorted(home().glob("**/scaling*.png"), key=lambda p: p.stat().st_mtime)
-    except OSError:
-        return None
-    return str(plots[-1]) if plots else None
-
-
-class _PipelineSource:
-    """A pipeline's data as a ``captioner.rotations.FitSource``: its train pairs, train images and bank."""
-
-    def __init__(self, pipe: Pipeline, fx: dict, fy: dict):
-        self.pipe = pipe
-        self.meta = {"x_encoder": fx, "y_encoder": fy, "train": f"{pipe.train_set.name}/{pipe.train_set.split}",
-                     "bank_key": pipe.bank().key()}
-
-    def pairs(self):
-        return self.pipe.train_pairs()[:2]
-
-    def images(self):
-        return self.pipe._train_images()
-
-    def texts(self):
-        return self.pipe.bank().E
-
-    def image_encoder(self):
-        return self.pipe.encoder("image")
-
-    def text_encoder(self):
-        return self.pipe.encoder("text")
-
-    def log(self, msg: str) -> None:
-        self.pipe._log(msg)
 
 
 __all__ = ["Pipeline", "BadImageError"]

@@ -130,3 +130,35 @@ class RetrievalCaptioner:
         """For each row of X, ``[{"caption", "score"}, ...]`` best first."""
         idx, sc = retrieve(self.queries(X), self.bank, top_k)
         return [[{"caption": self.bank.texts[j], "score": float(s)} for j, s in zip(r, q)] for r, q in zip(idx, sc)]
+
+
+class AffineMap:
+    """A fitted linear map as one float32 affine map ``(X - mean_x) @ W + mean_y`` (``Pipeline.serving_rotation``)."""
+
+    def __init__(self, m, W, mean_x, mean_y):
+        self.map, self.W, self.mean_x, self.mean_y = m, W, mean_x, mean_y
+        self.meta = getattr(m, "meta", {})
+
+    @classmethod
+    def of(cls, m):
+        from alignment.procrustes import LinearMap
+
+        if not isinstance(m, LinearMap) or type(m).transform is not LinearMap.transform:
+            return m  # a map with its own transform: used as it is
+        W = np.asarray(m.matrix(), np.float64)
+        return cls(m, np.ascontiguousarray(W, np.float32), np.asarray(m.mean_x, np.float32),
+                   np.asarray(m.mean_y, np.float32))
+
+    def transform(self, X):
+        A = X if isinstance(X, np.ndarray) else None
+        if A is None or A.ndim != 2 or A.shape[1] != self.W.shape[0] or not np.isfinite(A).all():
+            return self.map.transform(X)  # the map's own checks and messages (and torch tensors)
+        A = A.astype(np.float32, copy=False)
+        return (A - self.mean_x) @ self.W + self.mean_y
+
+    __call__ = transform
+
+    def __getattr__(self, name):  # dim_x, dim_y, method ... of the map itself
+        if name == "map":
+            raise AttributeError(name)
+        return getattr(self.map, name)

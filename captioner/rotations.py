@@ -83,6 +83,33 @@ class ArraySource:
         pass
 
 
+class PipelineSource:
+    """A pipeline's data as a ``captioner.rotations.FitSource``: its train pairs, train images and bank."""
+
+    def __init__(self, pipe, fx: dict, fy: dict):
+        self.pipe = pipe
+        self.meta = {"x_encoder": fx, "y_encoder": fy, "train": f"{pipe.train_set.name}/{pipe.train_set.split}",
+                     "bank_key": pipe.bank().key()}
+
+    def pairs(self):
+        return self.pipe.train_pairs()[:2]
+
+    def images(self):
+        return self.pipe._train_images()
+
+    def texts(self):
+        return self.pipe.bank().E
+
+    def image_encoder(self):
+        return self.pipe.encoder("image")
+
+    def text_encoder(self):
+        return self.pipe.encoder("text")
+
+    def log(self, msg: str) -> None:
+        self.pipe._log(msg)
+
+
 @dataclass
 class Fitted:
     """A fitted map and what its fit found beyond it (the matcher's result and the rows it saw)."""

@@ -1,0 +1,103 @@
+"""The pipeline's text-only caption decoder: trained on first use (one process trains, others wait and load),
+served through onnxruntime for greedy decoding on a CPU. A part of :class:`captioner.pipeline.Pipeline`."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from captioner.artifacts import key_lock
+from captioner.paths import short_hash
+
+
+def decoder_cache_key(text_fingerprint: dict, preset_name: str, overrides: dict | None, texts, E,
+                      vocab_priority: int = 0) -> str:
+    """The hash in a trained decoder's checkpoint name: what the trained weights depend on and nothing else.
+
+    That is the text encoder (its fingerprint: name, dims, pooling, weights hash, settings), the decoder
+    settings as resolved from the preset and overrides (so editing a preset trains anew), the corpus
+    (``captioner.decoder.corpus_hash`` of the texts in order and their embeddings, as ``train_decoder``
+    checks it) and how many leading texts seed the vocabulary. JSON with sorted keys, so no dict order,
+    and no path, time or process state goes in; ``save_every`` (when checkpoints are written) is left out.
+    """
+    from dataclasses import asdict
+
+    from captioner.decoder import corpus_hash, preset
+
+    mcfg, tcfg = preset(preset_name, **dict(overrides or {}))
+    train = {k: v for k, v in asdict(tcfg).items() if k != "save_every"}
+    return short_hash({"txt": dict(text_fingerprint), "preset": preset_name, "model": asdict(mcfg), "train": train,
+                  "corpus": corpus_hash(list(texts), E), "n": len(texts), "vocab_priority": int(vocab_priority)})
+
+
+def _complete(path: Path) -> bool:
+    try:
+        import torch
+
+        return bool(torch.load(path, map_location="cpu", weights_only=False).get("complete"))
+    except Exception:  # unreadable: train_decoder will say so
+        return False
+
+
+class DecoderParts:
+    """Decoder methods of :class:`captioner.pipeline.Pipeline` (they use its encoders, bank and lock)."""
+
+    def decoder(self):
+        """The caption decoder for this text encoder (trained on text only on first use)."""
+        from captioner.bank import bank_from_arrays, decoder_corpus
+        from captioner.decoder import preset, train_decoder
+        from captioner.paths import slug, subdir
+
+        with self._lock:
+            if self._decoder is not None:
+                return self._decoder
+            enc = self.encoder("text")
+            if self.decoder_corpus_kind == "bank":
+                texts, E = self.bank().texts, self.bank().E
+            else:
+                texts, E, _ = decoder_corpus(enc, exclude=self.exclude, progress=self.progress,
+                                             device=self.device, n_cupl=self.n_cupl)
+                if self.train_set.name != "tuxpaint":  # another domain: its own captions come first
+                    b = self.bank()
+                    merged = bank_from_arrays(list(b.texts) + list(texts), np.concatenate([b.E, E]),
+                                              enc.fingerprint(), exclude=self.exclude)
+                    texts, E = merged.texts, merged.E
+            mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
+            key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
+                                    vocab_priority=len(self.bank()))
+            path = subdir("checkpoints") / f"decoder-{slug(self.text_encoder, 40)}-{self.decoder_preset}-{key}.pt"
+            serve_onnx = self.beam <= 1 and self.device == "cpu" and path.exists()
+            if serve_onnx:  # greedy on CPU: the onnx export of the checkpoint, if made, spares importing torch
+                from captioner.decoder_onnx import load_onnx_decoder
+
+                self._decoder = load_onnx_decoder(path, enc.fingerprint())
+                if self._decoder is not None:
+                    return self._decoder
+            with key_lock(path, what=f"the caption decoder {path.name}"):  # one process trains, others load
+                if not path.exists() or not _complete(path):
+                    self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
+                              f"{tcfg.steps} steps) -> {path}")
+                self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
+                                              progress=self.progress, vocab_priority=len(self.bank()))
+                if self.beam <= 1 and self.device == "cpu" and _complete(path):
+                    self._export_decoder(path)
+            return self._decoder
+
+    def _export_decoder(self, path: Path) -> None:
+        """Export the trained decoder for onnxruntime (next runs load that); a failure only costs speed."""
+        try:
+            from captioner.decoder_onnx import export_decoder
+
+            export_decoder(self._decoder, path)
+        except Exception as e:  # noqa: BLE001 - e.g. no onnxruntime: the torch decoder serves
+            import logging
+
+            logging.getLogger(__name__).warning("decoder: no onnx export (%s); decoding in torch", e)
+
+    def decoder_inputs(self, Q: np.ndarray) -> np.ndarray:
+        """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
+        from captioner.retrieval import onto_manifold, project
+
+        if self.decode_input == "projection":
+            return project(Q, self.bank(), temperature=self.temperature)
+        return onto_manifold(Q, self.bank())
