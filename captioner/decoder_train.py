@@ -76,17 +76,9 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
 
     tokens = torch.from_numpy(vocab.encode(texts, mcfg.max_len))  # (N, L)
     emb = _normalize_t(torch.from_numpy(E))  # (N, D)
-    torch.manual_seed(tcfg.seed)  # the initial weights: part of what makes a run reproducible
-    model = _build_model(mcfg).to(device)
-    try:  # the fused kernel: one pass over the parameters instead of ~10 per tensor (3x faster step on CPU)
-        opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.98),
-                                fused=True)
-    except (RuntimeError, TypeError):
-        opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.98))
+    model, opt = _model_and_optimizer(mcfg, tcfg, state, device)
     step, losses, seconds = 0, [], 0.0
     if state is not None:
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
         step, losses, seconds = state["step"], list(state["losses"]), float(state.get("seconds", 0.0))
 
     def checkpoint(complete: bool):
@@ -146,6 +138,23 @@ def _resumable(path: Path, text_encoder: dict, mcfg: DecoderConfig, tcfg: TrainC
         raise CacheMismatchError(f"{path}: checkpoint made with another corpus or config; "
                                  "use another path or force=True to retrain")
     return state
+
+
+def _model_and_optimizer(mcfg: DecoderConfig, tcfg: TrainConfig, state: dict | None, device):
+    """The seeded model and its AdamW, restored from ``state`` when resuming."""
+    import torch
+
+    torch.manual_seed(tcfg.seed)  # the initial weights: part of what makes a run reproducible
+    model = _build_model(mcfg).to(device)
+    try:  # the fused kernel: one pass over the parameters instead of ~10 per tensor (3x faster step on CPU)
+        opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.98),
+                                fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.98))
+    if state is not None:
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+    return model, opt
 
 
 def _lr_at(tcfg: TrainConfig, s: int) -> float:
