@@ -2,5 +2,5 @@
 
 Modules: ``procrustes`` (paired rotations, ridge and random maps, saved with their metadata), ``pairfree``
 (matchers that need no pairs), ``qap`` (class-level quadratic assignment), ``metrics`` (PRH alignment
-metrics, permutation null, retrieval recall), ``bench`` (synthetic benchmark), ``errors``.
+metrics, permutation null, retrieval recall), ``errors``; the synthetic benchmark is ``eval.matcher_bench``.
 """

@@ -129,3 +129,14 @@ def test_bench_small(tmp_path):
     assert row["ours"]["accuracy"] == 1.0 and "skipped" in row["gw"]
     assert res["procrustes"]["ours_max_err"] < 0.01
     assert json.loads((tmp_path / "b.json").read_text())["matchers"][0]["n"] == 300
+
+
+def test_bench_noise_overlap_prints_the_oracle_beside_the_matcher(tmp_path):
+    r = _run(["align", "bench", "--n", "400", "--dim", "16", "--no-gw", "--procrustes", "none",
+              "--noise", "0.1", "--overlap", "0.8", "--json"])
+    assert r.exit_code == 0, r.output
+    row = json.loads(r.output)["matchers"][0]
+    assert row["noise"] == 0.1 and row["overlap"] == 0.8 and row["oracle"]["assignment"] > 0.95
+    assert row["ours"]["accuracy"] >= row["oracle"]["assignment"] - 0.05 and isinstance(row["load_avg"], float)
+    r = _run(["align", "bench", "--n", "400", "--overlap", "1.5", "--procrustes", "none"])
+    assert r.exit_code != 0 and "--overlap must be in (0, 1]" in str(r.exception)

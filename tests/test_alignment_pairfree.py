@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alignment.bench import make_problem
 from alignment.errors import AlignmentError
 from alignment.pairfree import knn, match, match_gw, match_pairfree, residual
 from alignment.procrustes import random_orthogonal
+from eval.matcher_bench import make_problem
 
 
 def _overlap_problem(n1, n2, common, d, seed=0, noise=0.02):
@@ -159,3 +159,14 @@ def test_bad_input():
         match(X, np.ones((50, 8)))
     with pytest.raises(AlignmentError, match="unknown pair-free method"):
         match(X, X, method="magic")
+
+
+@pytest.mark.parametrize("noise,overlap", [(1.0, 1.0), (0.5, 0.5)])
+def test_exact_recovery_on_the_noise_overlap_grid_where_the_oracle_is_exact(noise, overlap):
+    X, Y, true, Q = make_problem(1000, 64, noise=noise, overlap=overlap, seed=14)
+    shared = true >= 0
+    assert shared.sum() == round(1000 * overlap) and len(set(true[shared])) == shared.sum()
+    # Y[true[i]] is X[i] rotated, up to the noise
+    err = np.linalg.norm(Y[true[shared]] - X[shared] @ Q, axis=1).mean()
+    assert err < noise * np.sqrt((np.arange(1, 65) ** -1.0).mean() * 64) * 1.2
+    assert match(X, Y).accuracy(true) == 1.0

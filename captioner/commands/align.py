@@ -288,12 +288,18 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
 @click.option("--procrustes", "proc", default="50000x768", show_default=True,
               help="NxD for the Procrustes-vs-scipy timing, or 'none'.")
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--noise", "noises", type=float, multiple=True, default=(0.05,), show_default=True,
+              help="Noise as a multiple of rms(X) (repeatable).")
+@click.option("--overlap", "overlaps", type=float, multiple=True, default=(1.0,), show_default=True,
+              help="Fraction of Y's rows that are copies of X rows; the others are new points (repeatable).")
+@click.option("--baseline", type=click.Path(exists=True, dir_okay=False), default=None,
+              help="Another alignment/pairfree.py (e.g. main's) timed on the same problems.")
 @click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
 @click.option("--json", "as_json", is_flag=True)
-def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, out, as_json):
+def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, out, as_json):
     """Synthetic benchmark: our pair-free matcher vs POT's entropic GW (time, exact-match accuracy) on
     rotated, noisy, shuffled power-law clouds, and Procrustes vs scipy on paired rows."""
-    from alignment.bench import run, table
+    from eval.matcher_bench import run, table
 
     try:
         pr = None if proc == "none" else tuple(int(v) for v in proc.lower().split("x"))
@@ -302,7 +308,11 @@ def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, out, as_json):
     except ValueError:
         raise CaptionerError(f"--procrustes must look like 50000x768 or 'none', not {proc!r}") from None
     with _user_errors():
-        res = run(ns, dim, pr, gw=gw, gw_max_n=gw_max_n, seed=seed, progress=not as_json)
+        bad = [v for v in overlaps if not 0 < v <= 1] + [v for v in noises if v < 0]
+        if bad:
+            raise CaptionerError(f"--overlap must be in (0, 1] and --noise >= 0, not {bad[0]}")
+        res = run(ns, dim, pr, gw=gw, gw_max_n=gw_max_n, seed=seed, progress=not as_json, noises=noises,
+                  overlaps=overlaps, baseline=baseline)
     if out:
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(res, indent=2) + "\n")
