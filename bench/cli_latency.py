@@ -61,27 +61,27 @@ def _run(tree: Path, home: Path, args: list[str]) -> tuple[float, str]:
     return dt, out.stdout
 
 
-def _imports(tree: Path, home: Path, image: str) -> list[str]:
+def _imports(tree: Path, home: Path, args: list[str]) -> list[str]:
     """Which heavy libraries a warm caption call imports (``python -X importtime``)."""
     env = {**os.environ, "PYTHONPATH": str(tree), "CAPTIONER_HOME": str(home), "HF_HUB_OFFLINE": "1",
            "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    err = subprocess.run([sys.executable, "-X", "importtime", "-m", "captioner", "caption", "-q", image], env=env,
+    err = subprocess.run([sys.executable, "-X", "importtime", "-m", "captioner", *args], env=env,
                          capture_output=True, text=True, cwd=str(tree)).stderr
     tops = {line.rsplit("|", 1)[-1].strip() for line in err.splitlines() if line.startswith("import time:")}
     return sorted(m for m in ("torch", "transformers", "onnxruntime", "tokenizers", "scipy", "sklearn") if m in tops)
 
 
-def series(name: str, tree: Path, home: Path, image: str, reps: int) -> dict:
+def series(name: str, tree: Path, home: Path, args: list[str], reps: int) -> dict:
     load0 = os.getloadavg()
-    cold, first = _run(tree, home, ["caption", "-q", image])
-    warm = [_run(tree, home, ["caption", "-q", image])[0] for _ in range(reps)]
+    cold, first = _run(tree, home, args)
+    warm = [_run(tree, home, args)[0] for _ in range(reps)]
     helps = [_run(tree, home, ["--help"])[0] for _ in range(reps)]
     load1 = os.getloadavg()
     warm_sorted = sorted(warm)
-    return {"code": name, "cold_s": round(cold, 3), "warm_s": [round(w, 3) for w in warm],
+    return {"code": name, "args": " ".join(args[2:-1]) or "(defaults)", "cold_s": round(cold, 3), "warm_s": [round(w, 3) for w in warm],
             "warm_median_s": round(warm_sorted[len(warm) // 2], 3), "warm_min_s": round(warm_sorted[0], 3),
             "help_median_s": round(sorted(helps)[len(helps) // 2], 3), "caption": first.splitlines()[0],
-            "imports": _imports(tree, home, image), "load_before": [round(x, 2) for x in load0],
+            "imports": _imports(tree, home, args), "load_before": [round(x, 2) for x in load0],
             "load_after": [round(x, 2) for x in load1]}
 
 
@@ -90,6 +90,10 @@ def main(argv=None):
     ap.add_argument("--image", default="/usr/share/tuxpaint/stamps/symbols/money/us/coins/005nickel.png")
     ap.add_argument("--old-rev", default=None, help="the revision to compare with (default: before the latency work)")
     ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--new-args", default="|--captioner decoder",
+                    help="'|'-separated caption options to time today's code with (default: its defaults, and "
+                         "the decoder captioner, which is what the old code's defaults did)")
+    ap.add_argument("--old-args", default="", help="'|'-separated caption options for the old code")
     ap.add_argument("--json", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     src = Path(os.environ.get("CAPTIONER_HOME", Path.home() / ".cache" / "captioner"))
@@ -100,15 +104,18 @@ def main(argv=None):
     old_tree = tmp / "old"
     _git("worktree", "add", "--detach", str(old_tree), rev)
     try:
-        rows = [series(f"old ({_git('rev-parse', '--short', rev)})", old_tree, _home_copy(src, tmp / "home-old"),
-                       a.image, a.reps),
-                series(f"new ({_git('rev-parse', '--short', 'HEAD')}{'+dirty' if _git('status', '--porcelain') else ''})",
-                       ROOT, _home_copy(src, tmp / "home-new"), a.image, a.reps)]
+        old_name = f"old ({_git('rev-parse', '--short', rev)})"
+        new_name = f"new ({_git('rev-parse', '--short', 'HEAD')}{'+dirty' if _git('status', '--porcelain') else ''})"
+        rows = []
+        for name, tree, variants in ((old_name, old_tree, a.old_args), (new_name, ROOT, a.new_args)):
+            for extra in variants.split("|"):
+                home = _home_copy(src, tmp / f"home-{len(rows)}")
+                rows.append(series(name, tree, home, ["caption", "-q", *extra.split(), a.image], a.reps))
     finally:
         _git("worktree", "remove", "--force", str(old_tree))
         shutil.rmtree(tmp, ignore_errors=True)
     res = {"bench": "cli_latency", "image": a.image, "reps": a.reps, "cores": os.cpu_count(), "rows": rows,
-           "warm_speedup": round(rows[0]["warm_median_s"] / rows[1]["warm_median_s"], 2)}
+           "warm_speedup": round(rows[0]["warm_median_s"] / rows[len(a.old_args.split("|"))]["warm_median_s"], 2)}
     print(json.dumps(res, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
@@ -118,7 +125,9 @@ def main(argv=None):
         print(f"| {r['code']} | {r['cold_s']:.2f} | {r['warm_median_s']:.2f} ({r['warm_min_s']:.2f}) | "
               f"{r['help_median_s']:.2f} | {', '.join(r['imports']) or '-'} | "
               f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f} |")
-    print(f"\nwarm speed-up: {res['warm_speedup']}x; same caption: {rows[0]['caption'] == rows[1]['caption']}")
+    same = [r["code"] + " " + r["args"] for r in rows[1:] if r["caption"] == rows[0]["caption"]]
+    print(f"\nwarm speed-up (first old row / first new row): {res['warm_speedup']}x; the old first caption "
+          f"also from: {', '.join(same) or 'none'}")
 
 
 if __name__ == "__main__":

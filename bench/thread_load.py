@@ -94,8 +94,12 @@ def measure(kind: str, setting: str, window: float) -> dict:
     for k in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OMP_WAIT_POLICY"):
         env.pop(k, None)
     load = os.getloadavg()[0]
-    p = subprocess.run([sys.executable, __file__, "--worker", kind, "--window", str(window)], env=env,
-                       capture_output=True, text=True, timeout=120)
+    try:
+        p = subprocess.run([sys.executable, __file__, "--worker", kind, "--window", str(window)], env=env,
+                           capture_output=True, text=True, timeout=120)
+    except subprocess.TimeoutExpired:  # a collapse: not even the warm-up and one window within 2 minutes
+        return {"workload": kind, "setting": setting, "load_1m": round(load, 2), "threads": None,
+                "torch_threads": "?", "units": 0, "rate": None, "unit": "timed out (120 s)", "cpu_s_per_unit": None}
     if p.returncode != 0:
         raise SystemExit(p.stderr[-2000:])
     r = json.loads(p.stdout.strip().splitlines()[-1])
@@ -146,7 +150,7 @@ def main(argv=None):
     quiet = {(r["workload"], r["setting"]): r for r in rows if r["phase"] == "quiet"}
     for r in rows:
         q = quiet.get((r["workload"], r["setting"]))
-        if r["phase"] == "loaded" and q and r["busy_alive"] == a.busy:
+        if r["phase"] == "loaded" and q and r["busy_alive"] == a.busy and r["rate"] and q["rate"]:
             slow = r["rate"] / q["rate"] if r["unit"] == "s/step" else q["rate"] / r["rate"]
             r["slowdown_vs_quiet"] = round(slow, 2)
             r["cpu_per_unit_vs_quiet"] = round(r["cpu_s_per_unit"] / q["cpu_s_per_unit"], 2)

@@ -235,16 +235,22 @@ def _corpus_sources(extra: tuple, n_cupl: int) -> list[tuple]:
 
         key = [hash_files([EMOJI_FONT]), PIL.__version__, unicodedata.unidata_version]
         out.append(("emoji/all", key, lambda: get_dataset("emoji", split="all")))
-    for name, want, texts in (("imagenet", True, lambda: classname_captions("imagenet1k")),
-                              ("cupl", n_cupl > 0, lambda: cupl_sentences(n_cupl))):
-        if name in extra and want:
-            try:
-                t = texts()
-            except CaptionerError:
-                continue  # the asset is optional; the corpus is just smaller without it
-            split = "imagenet1k" if name == "imagenet" else f"sample{n_cupl}"
-            ds = text_dataset("classnames" if name == "imagenet" else name, split, t)
-            out.append((f"{ds.name}/{split}", ds.key(), lambda ds=ds: ds))
+    if "imagenet" in extra:
+        try:
+            ds = text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k"))
+            out.append(("classnames/imagenet1k", ds.key(), lambda ds=ds: ds))
+        except CaptionerError:
+            pass  # the asset is optional; the corpus is just smaller without it
+    if "cupl" in extra and n_cupl > 0:
+        try:  # keyed by the file the sentences are drawn from (drawing them takes ~0.5 s)
+            from captioner.assets import asset_path
+            from captioner.encoders.base import hash_files
+
+            key = [hash_files([asset_path("clip_benchmark/datasets/cupl_prompts.json")]), n_cupl]
+            out.append((f"cupl/sample{n_cupl}", key,
+                        lambda: text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl))))
+        except CaptionerError:
+            pass
     return out
 
 

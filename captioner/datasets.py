@@ -161,7 +161,28 @@ def _emoji_codepoints(font_path: str) -> list[str]:
 
 @lru_cache(maxsize=2)
 def _emoji_all(font_path: str) -> tuple:
-    return tuple(_emoji_codepoints(font_path))
+    """``_emoji_codepoints`` kept under ``$CAPTIONER_HOME/corpus`` (rendering 5,312 glyphs to find them takes
+    ~1.6 s), keyed by the font file's hash, PIL's version and the Unicode database's version."""
+    import json
+
+    import PIL
+
+    from captioner.encoders.base import hash_files
+    from captioner.paths import atomic_write_json, subdir
+
+    key = hashlib.sha256(json.dumps([hash_files([font_path]), PIL.__version__, unicodedata.unidata_version])
+                         .encode()).hexdigest()[:16]
+    path = subdir("corpus") / f"emoji-codepoints-{key}.json"
+    try:
+        return tuple(chr(c) for c in json.loads(path.read_text()))
+    except (OSError, ValueError, TypeError):
+        pass
+    chars = _emoji_codepoints(font_path)
+    try:
+        atomic_write_json(path, [ord(c) for c in chars])
+    except OSError:
+        pass  # an optimisation only
+    return tuple(chars)
 
 
 def emoji(split: str = "test", font_path: str | os.PathLike = EMOJI_FONT, seed: int = 0) -> CaptionDataset:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.decoder import BOS, EOS, PAD, UNK, DecoderConfig, Vocab, _same_encoder
+from captioner.decoder import BOS, EOS, PAD, UNK, DecoderConfig, Vocab, _same_encoder, detokenize
 from captioner.errors import CacheMismatchError, CaptionerError
 
 FORMAT = 1
@@ -156,4 +156,4 @@ class OnnxDecoder:
                 break
             if int(i) >= 4:
                 bert.append(self.vocab.bert_ids[int(i) - 4])
-        return self._tok.decode(bert, skip_special_tokens=True).strip()
+        return detokenize(self._tok.decode(bert, skip_special_tokens=True))
