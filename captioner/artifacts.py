@@ -78,7 +78,10 @@ def quarantine(path: str | os.PathLike, reason: str, *companions) -> Path | None
     moved = None
     for i, p in enumerate((path, *companions)):
         p = Path(p)
-        dest = p.with_name(f"{p.name}.damaged-{stamp}")
+        dest, n = p.with_name(f"{p.name}.damaged-{stamp}"), 1
+        while dest.exists():  # moved aside twice within a second: keep both
+            n += 1
+            dest = p.with_name(f"{p.name}.damaged-{stamp}-{n}")
         try:
             os.replace(p, dest)
         except FileNotFoundError:
