@@ -1,4 +1,4 @@
-"""Wall time of a single-image ``captioner caption x.png`` (default options, decode included) and of
+"""Wall time of a single-image ``captioner caption x.png`` (default options, and with the decoder) and of
 ``captioner --help``: today's code against an older revision in the same run, cold and warm.
 
 The older revision (default: the parent of the commit that added ``captioner/threads.py``, i.e. the path
@@ -119,10 +119,11 @@ def main(argv=None):
     print(json.dumps(res, indent=2))
     if a.json:
         Path(a.json).write_text(json.dumps(res, indent=2) + "\n")
-    print("\n| code | cold s | warm median s (min) | --help median s | heavy imports (warm) | load before -> after |")
-    print("| --- | --- | --- | --- | --- | --- |")
+    print("\n| code | options | cold s | warm median s (min) | --help median s | heavy imports (warm) | "
+          "load before -> after |")
+    print("| --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
-        print(f"| {r['code']} | {r['cold_s']:.2f} | {r['warm_median_s']:.2f} ({r['warm_min_s']:.2f}) | "
+        print(f"| {r['code']} | {r['args']} | {r['cold_s']:.2f} | {r['warm_median_s']:.2f} ({r['warm_min_s']:.2f}) | "
               f"{r['help_median_s']:.2f} | {', '.join(r['imports']) or '-'} | "
               f"{r['load_before'][0]:.2f} -> {r['load_after'][0]:.2f} |")
     same = [r["code"] + " " + r["args"] for r in rows[1:] if r["caption"] == rows[0]["caption"]]
