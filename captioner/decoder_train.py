@@ -54,15 +54,7 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     from tqdm.auto import tqdm
 
     path = Path(path)
-    E = np.asarray(E, np.float32)
-    if len(texts) == 0:
-        raise CaptionerError("decoder training corpus is empty")
-    if E.shape[0] != len(texts):
-        raise CaptionerError(f"decoder corpus: {len(texts)} texts but {E.shape[0]} embeddings")
-    mcfg = model_config or DecoderConfig()
-    tcfg = train_config or TrainConfig()
-    if mcfg.emb_dim != E.shape[1]:
-        mcfg = DecoderConfig(**{**asdict(mcfg), "emb_dim": int(E.shape[1])})
+    E, mcfg, tcfg = _checked(texts, E, model_config, train_config)
     chash = corpus_hash(texts, E)
 
     state = None if force else _resumable(path, text_encoder, mcfg, tcfg, chash)
@@ -113,6 +105,20 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     return Decoder(model, mcfg, vocab, dict(text_encoder),
                    meta={"step": step, "losses": losses, "corpus": {"n": len(texts), "hash": chash},
                          "train_config": asdict(tcfg), "seconds": seconds}, device=device)
+
+
+def _checked(texts, E, model_config, train_config) -> tuple[np.ndarray, DecoderConfig, TrainConfig]:
+    """The corpus embeddings as float32 and the configs, the model's input width set to the embeddings'."""
+    E = np.asarray(E, np.float32)
+    if len(texts) == 0:
+        raise CaptionerError("decoder training corpus is empty")
+    if E.shape[0] != len(texts):
+        raise CaptionerError(f"decoder corpus: {len(texts)} texts but {E.shape[0]} embeddings")
+    mcfg = model_config or DecoderConfig()
+    tcfg = train_config or TrainConfig()
+    if mcfg.emb_dim != E.shape[1]:
+        mcfg = DecoderConfig(**{**asdict(mcfg), "emb_dim": int(E.shape[1])})
+    return E, mcfg, tcfg
 
 
 def _resumable(path: Path, text_encoder: dict, mcfg: DecoderConfig, tcfg: TrainConfig, chash: str) -> dict | None:

@@ -86,3 +86,15 @@ def check_processes(acc, cfg, out: Path, resume: bool, start: int, data, n_param
                                "data": _data_signature(data), "params": n_params},
           hint="start every process with the same arguments, and give each the same corpus and run folder "
                "(a shared filesystem)")
+
+
+def python_rng_to_list(state) -> list:
+    """``random.getstate()`` = (version, tuple of 625 ints, gauss_next) as a flat list (weights_only-safe)."""
+    version, internal, gauss = state
+    return [version, gauss if gauss is not None else "none", *internal]
+
+
+def python_rng_from_list(flat) -> tuple:
+    """The inverse of :func:`python_rng_to_list`, for ``random.setstate``."""
+    version, gauss, *internal = flat
+    return (version, tuple(internal), None if gauss == "none" else gauss)

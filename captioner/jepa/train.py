@@ -318,7 +318,10 @@ def _truncate_log(log: Path, step: int) -> float:
 
 def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, progress: bool = True,
           callback=None) -> dict:
-    """Train ``cfg.kind`` for ``cfg.steps`` steps, checkpointing every ``cfg.save_every`` into ``out``.
+    """Long: the training loop's state (model, optimizer, EMA target, step, log, checkpoint cadence) lives in
+    one frame so that a resume restores exactly what a step reads; its parts are in ``processes`` and ``views``.
+
+    Train ``cfg.kind`` for ``cfg.steps`` steps, checkpointing every ``cfg.save_every`` into ``out``.
 
     Parameters
     ----------
@@ -342,7 +345,13 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
 
     from captioner.distributed import collective
     from captioner.jepa.model import build_model, count_params
-    from captioner.jepa.processes import check_processes, make_accelerator, step_batch
+    from captioner.jepa.processes import (
+        check_processes,
+        make_accelerator,
+        python_rng_from_list,
+        python_rng_to_list,
+        step_batch,
+    )
     from captioner.paths import atomic_write_json
 
     out = Path(out)
@@ -375,7 +384,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
         if "torch" in rng_state:
             torch.set_rng_state(rng_state["torch"])
         if "python" in rng_state:
-            random.setstate(_to_tuple(rng_state["python"]))
+            random.setstate(python_rng_from_list(rng_state["python"]))
     if data is None:
         data = build_data(cfg)
     if cfg.kind == "ntp" and hasattr(data, "vocab"):
@@ -416,7 +425,7 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
         if acc.is_main_process:
             state = {"format": FORMAT, "config": cfg.to_dict(), "step": step,
                      "model": raw.state_dict(), "optimizer": opt.state_dict(),
-                     "rng": {"torch": torch.get_rng_state(), "python": list(_flatten(random.getstate()))},
+                     "rng": {"torch": torch.get_rng_state(), "python": python_rng_to_list(random.getstate())},
                      "params": n_params}
             save_checkpoint(ckpt_path, state)
         acc.wait_for_everyone()
@@ -487,14 +496,3 @@ def read_log(out: str | Path) -> list[dict]:
     """The per-step log of a run as a list of dicts (floats)."""
     with open(Path(out) / "log.csv", newline="") as f:
         return [{k: float(v) for k, v in r.items()} for r in csv.DictReader(f)]
-
-
-def _flatten(state):
-    # random.getstate() = (version, tuple_of_625_ints, gauss_next): stored as a flat list (weights_only-safe)
-    version, internal, gauss = state
-    return [version, gauss if gauss is not None else "none", *internal]
-
-
-def _to_tuple(flat):
-    version, gauss, *internal = flat
-    return (version, tuple(internal), None if gauss == "none" else gauss)
