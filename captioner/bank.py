@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from captioner.errors import CaptionerError
+from captioner.subject import article  # noqa: F401  (re-exported)
 
 
 def normalize_caption(s: str) -> str:
@@ -194,10 +195,6 @@ def cupl_sentences(n: int = 6000, seed: int = 0, max_chars: int = 120) -> list[s
         out += [sents[i] for i in sorted(pick)]
     rng.shuffle(out)
     return out[:n]
-
-
-def article(noun: str) -> str:
-    return "an" if noun[:1].lower() in "aeiou" else "a"
 
 
 def classname_captions(label_set: str = "imagenet1k") -> list[str]:

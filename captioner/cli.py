@@ -16,7 +16,7 @@ from captioner.errors import CaptionerError
 COMMANDS = {
     "embed": ("captioner.commands.embed", "cli", "Encode a dataset split into the embedding cache."),
     "encoders": ("captioner.commands.embed", "encoders_cli", "List the registered encoders."),
-    "align": ("captioner.commands.align", "cli", "Fit, score and benchmark rotations between encoders."),
+    "align": ("captioner.commands.align_diagnose", "cli", "Fit, score and benchmark rotations between encoders."),
     "caption": ("captioner.commands.caption", "caption_cli", "Caption image files."),
     "classify": ("captioner.commands.caption", "classify_cli", "Classify image files zero-shot."),
     "eval": ("captioner.commands.evaluate", "cli", "Evaluate captions (COCO metrics) and zero-shot accuracy."),

@@ -448,11 +448,12 @@ def imagenet100(root: str | os.PathLike, split: str = "val") -> CaptionDataset:
 
 
 def _lazy(name: str) -> Callable:
-    """A loader of ``captioner.photosets`` (imported on first use: it imports this module)."""
+    """A loader of ``captioner.photosets`` by name: a plug-in of this registry, imported on first use (it
+    builds on this module, which therefore does not import it)."""
     def load(*a, **kw):
-        from captioner import photosets
+        import importlib
 
-        return getattr(photosets, name)(*a, **kw)
+        return getattr(importlib.import_module("captioner.photosets"), name)(*a, **kw)
     load.__name__ = name
     return load
 

@@ -421,14 +421,6 @@ def load_decoder(path: str | Path, text_encoder: dict | None = None, device: str
 # Training
 # ---------------------------------------------------------------------------------------------------------
 
-def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str | Path, *args, **kw) -> Decoder:
-    """Train (or resume, or just load) a decoder that maps each text's embedding back to the text; see
-    :func:`captioner.decoder_train.train_decoder` (kept apart: the training loop needs more than serving)."""
-    from captioner.decoder_train import train_decoder as train
-
-    return train(texts, E, text_encoder, path, *args, **kw)
-
-
 def describe(dec: Decoder) -> str:
     return json.dumps({"config": asdict(dec.cfg), "text_encoder": dec.text_encoder.get("name"),
                        "steps": dec.meta.get("step"), "corpus": dec.meta.get("corpus")})

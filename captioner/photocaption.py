@@ -50,7 +50,8 @@ def cached_head(encoder) -> tuple[np.ndarray, np.ndarray, list[str]]:
 def classifier_captions(pipe, images, top_k: int = 5) -> list[dict]:
     """Caption dicts as ``Pipeline.caption`` returns them, by the classifier head (see the module docstring);
     ``timings_ms`` are per image (the batch's time divided by its size)."""
-    from captioner.bank import article, l2n
+    from captioner.bank import l2n
+    from captioner.subject import article
 
     t0 = time.perf_counter()
     X = pipe.encode_images(images)

@@ -92,7 +92,7 @@ class RccImage:
 
 def _with_article(noun: str) -> str:
     """"a hammer", "an owl", "scissors" (plural-only tool names take none)."""
-    from captioner.bank import article
+    from captioner.subject import article
 
     return noun if noun.endswith(("ers", "ors", "ies")) else f"{article(noun)} {noun}"
 

@@ -45,7 +45,8 @@ class DecoderParts:
     def decoder(self):
         """The caption decoder for this text encoder (trained on text only on first use)."""
         from captioner.bank import bank_from_arrays, decoder_corpus
-        from captioner.decoder import preset, train_decoder
+        from captioner.decoder import preset
+        from captioner.decoder_train import train_decoder
         from captioner.paths import slug, subdir
 
         with self._lock:

@@ -44,6 +44,11 @@ vertebrate craniate chordate invertebrate mammal mammalian placental eutherian
 """.replace("?", "").split())
 
 
+def article(noun: str) -> str:
+    """"a" or "an" before ``noun`` (by its first letter)."""
+    return "an" if noun[:1].lower() in "aeiou" else "a"
+
+
 def _wn_file(name: str) -> Path:
     p = WORDNET_DIR / name
     if not p.exists():

@@ -3,7 +3,8 @@ encoder, and resumption that reproduces an uninterrupted run exactly."""
 import numpy as np
 import pytest
 
-from captioner.decoder import Vocab, load_decoder, preset, train_decoder
+from captioner.decoder import Vocab, load_decoder, preset
+from captioner.decoder_train import train_decoder
 from captioner.errors import CacheMismatchError, CaptionerError
 
 TEXTS = ["a koala.", "a red fire truck.", "a green frog on a leaf.", "a yellow banana.",

@@ -83,8 +83,9 @@ def test_decoder_corpus_cache_reused_and_invalidated(monkeypatch, captioner_home
 
 def test_onnx_decoder_decodes_as_torch(tmp_path):
     pytest.importorskip("onnxruntime")
-    from captioner.decoder import preset, train_decoder
+    from captioner.decoder import preset
     from captioner.decoder_onnx import export_decoder, load_onnx_decoder
+    from captioner.decoder_train import train_decoder
 
     texts = ["a red apple", "a blue car", "a small dog", "a green tree", "a yellow bus", "a black cat"] * 3
     E = np.stack([FakeTextEncoder(dim=16).encode([t])[0] for t in texts])

@@ -235,7 +235,8 @@ def test_damaged_rotation_is_moved_aside(tmp_path, caplog):
 
 @pytest.mark.slow
 def test_damaged_decoder_checkpoint_is_retrained(tmp_path, caplog):
-    from captioner.decoder import preset, train_decoder
+    from captioner.decoder import preset
+    from captioner.decoder_train import train_decoder
 
     texts = ["a koala.", "a red fire truck.", "a cup of coffee."]
     E = np.random.default_rng(0).standard_normal((3, 8)).astype(np.float32)

@@ -317,14 +317,3 @@ def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, out
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(res, indent=2) + "\n")
     click.echo(json.dumps(res, indent=2) if as_json else table(res))
-
-
-def _register_diagnosis():
-    """diagnose / diagnose-validate / cka-table live in their own module (issue 21)."""
-    from captioner.commands.align_diagnose import cka_table_cmd, diagnose_cmd, validate_cmd
-
-    for c in (diagnose_cmd, validate_cmd, cka_table_cmd):
-        cli.add_command(c)
-
-
-_register_diagnosis()

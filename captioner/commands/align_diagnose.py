@@ -87,3 +87,15 @@ def cka_table_cmd(split, images, texts, n_perm, as_json):
 
     res = cka_table(split, list(images) or None, list(texts) or None, n_perm=n_perm)
     click.echo(json.dumps(res, default=float) if as_json else cka_table_text(res))
+
+
+def _group():
+    """``captioner align``: the fit / score / bench commands of ``commands.align`` and these three."""
+    from captioner.commands.align import cli as group
+
+    for c in (diagnose_cmd, validate_cmd, cka_table_cmd):
+        group.add_command(c)
+    return group
+
+
+cli = _group()

@@ -13,6 +13,9 @@ import numpy as np
 
 from captioner.errors import CaptionerError
 
+# Config fields that do not change what is trained (where and how fast it runs).
+RUNTIME_FIELDS = ("threads", "device")
+
 
 def make_accelerator(cfg):
     """The run's Accelerator (one process, or this one of a launch)."""
@@ -73,7 +76,6 @@ def check_processes(acc, cfg, out: Path, resume: bool, start: int, data, n_param
     """Several processes: the global batch must split evenly, and every process must have resolved the
     same run (config, folder, checkpoint step, corpus sizes), else all stop with the same one-line error."""
     from captioner.distributed import agree
-    from captioner.jepa.train import RUNTIME_FIELDS
 
     if acc.num_processes == 1:
         return

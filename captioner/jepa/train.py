@@ -28,6 +28,7 @@ from pathlib import Path
 
 from captioner.errors import CacheMismatchError, CaptionerError
 from captioner.jepa.model import KINDS, ImageConfig, ObjectiveConfig, TextConfig
+from captioner.jepa.processes import RUNTIME_FIELDS  # noqa: F401  (read here by the lab and tests)
 from captioner.jepa.views import AugmentConfig
 
 PRESET_DIR = Path(__file__).parent / "presets"
@@ -202,7 +203,6 @@ def load_checkpoint(path: str | Path) -> dict:
 
 
 # how a run is executed, not what it learns: free to differ between a checkpoint and the run reusing it
-RUNTIME_FIELDS = ("threads", "device")
 
 
 def config_diff(saved: dict, asked: dict, ignore: tuple = ()) -> list[str]:

@@ -137,7 +137,8 @@ DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "voca
 def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
     """The text-only decoder of encoder ``name`` on the bank (``train_decoder``: reused when ``path`` holds
     one for the same encoder and corpus, refused for another encoder)."""
-    from captioner.decoder import preset, train_decoder
+    from captioner.decoder import preset
+    from captioner.decoder_train import train_decoder
     from captioner.encoders import get_encoder
 
     mcfg, tcfg = preset(DECODER["preset"], **{k: v for k, v in DECODER.items() if k != "preset"})
