@@ -8,16 +8,8 @@ import numpy as np
 
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
-from alignment.pairfree import (
-    MatchResult,
-    _assign,
-    _mutual,
-    _mutual_and_coupling,
-    _prepare,
-    _procrustes,
-    _rotation_from,
-    _sqnorm,
-)
+from alignment.matching import MatchResult, _prepare, _procrustes, _rotation_from
+from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqnorm
 from alignment.procrustes import _svd
 
 

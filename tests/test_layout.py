@@ -37,3 +37,10 @@ def test_the_world_generator_imports_no_training_and_no_experiment():
     edges = _tool().graph(["captioner", "eval", "alignment"])
     bad = {t for t in edges["captioner.world.scenes"] if t.startswith(("captioner.jepa", "eval"))}
     assert not bad, f"captioner.world.scenes imports {bad}"
+
+
+def test_no_import_circle_anywhere_in_the_library():
+    """captioner/, eval/ and alignment/ as a whole: every import (lazy ones too) goes one way."""
+    tool = _tool()
+    edges = tool.graph(["captioner", "eval", "alignment"])
+    assert len(edges) > 100 and tool.circles(edges) == []
