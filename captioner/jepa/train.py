@@ -408,7 +408,8 @@ def train(cfg: TrainConfig, out: str | Path, resume: bool = False, data=None, pr
     raw = acc.unwrap_model(model)
 
     log = out / "log.csv"
-    clock = _truncate_log(log, start)  # the log's seconds run on across resumes
+    # the log's seconds run on across resumes; one process rewrites it (two at once lost its first rows)
+    clock = _truncate_log(log, start) if acc.is_main_process else 0.0
     new_log = not log.exists() or log.stat().st_size == 0
     logf = open(log, "a", newline="") if acc.is_main_process else None
     writer = csv.writer(logf) if logf else None
