@@ -1,16 +1,9 @@
 """Fitting linear maps from image-embedding space to text-embedding space (the map objects and their files
 are in :mod:`alignment.maps`, re-exported here).
 
-All maps share one form, so that the evaluation can swap them freely::
-
-    transform(x) = ((x - mean_x) @ proj_x @ R) * scale @ proj_y.T + mean_y        # (N, D_x) -> (N, D_y)
-
-``proj_x`` (D_x, d) and ``proj_y`` (D_y, d) are orthonormal bases of a shared d-dimensional space (PCA of
-each side) or absent; ``R`` is (d, d) orthogonal for a :class:`Rotation` (Procrustes, pair-free, random),
-(D_x, D_y) semi-orthogonal for the "learned" shared space, or any matrix for a :class:`RidgeMap`.
-
-A map saves to a safetensors (or npz) file of arrays plus a JSON sidecar with the method, dimensions,
-encoder fingerprints, datasets and creation time, and refuses to load against another encoder or dimension.
+Orthogonal Procrustes from pairs (``fit_procrustes``, with PCA per side or a learned semi-orthogonal map
+when the widths differ), least squares (``fit_ridge``) and a Haar-random rotation between the PCA bases
+(``fit_random``, the floor). Each returns a map of the form :mod:`alignment.maps` describes.
 
 Example
 -------
