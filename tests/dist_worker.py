@@ -1,7 +1,8 @@
 """``python tests/dist_worker.py <captioner arguments>``: the captioner CLI as one process of a launch, for
 tests/test_distributed.py. With ``DIE_RANK`` set, that process is killed (``os._exit(9)``: no message, no
-cleanup, like the OOM killer) when it reaches ``DIE_AT``: "encode" (its first image batch) or "step:N"
-(the batch of training step N)."""
+cleanup, like the OOM killer) when it reaches ``DIE_AT``: "encode" (its first image batch), "step:N"
+(the batch of training step N) or "step:N:KIND" (step N of the model KIND: image-jepa, text-jepa, ntp; for
+`captioner world train`, which trains the three in turn)."""
 from __future__ import annotations
 
 import os
@@ -23,10 +24,10 @@ def _arm() -> None:
     elif at.startswith("step:"):
         import captioner.jepa.processes as proc
 
-        real, n = proc.step_batch, int(at.split(":")[1])
+        real, n, kind = proc.step_batch, int(at.split(":")[1]), (at.split(":") + [None])[2]
 
         def step_batch(data, cfg, step, rank, world):
-            if step + 1 == n:
+            if step + 1 == n and kind in (None, cfg.kind):
                 os._exit(9)
             return real(data, cfg, step, rank, world)
 

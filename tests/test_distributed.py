@@ -6,7 +6,8 @@ amounts to, and the way to give each process different arguments or kill one).
 Known answers: the cache written by two processes is byte-for-byte the one process's; two processes
 train on the same global batches as one, so their logged losses agree with one process's to float
 summation order (``REL_TOL``); checkpoints move between one and two processes; disagreeing processes all
-stop with the same line; a killed process leaves no cache and no half checkpoint, and a rerun resumes.
+stop with the same line; a killed process leaves no cache and no half checkpoint, and a rerun resumes. The
+same for ``captioner world train`` (its three models in turn, through ``captioner train``'s loop).
 """
 from __future__ import annotations
 
@@ -28,7 +29,9 @@ WORKER = str(ROOT / "tests" / "dist_worker.py")
 # One process vs two on the same global batch: the same sums in another order (per-process means, then
 # their mean; all-reduced BatchNorm sums and gradients). Measured after 2 + 2 + 2 steps (tiny preset, batch
 # 16): the logged losses (6 significant digits) equal; the weights differ by ||dw|| / ||w|| = 2.5e-5 (text
-# JEPA) and 7.2e-5 (image JEPA), Adam amplifying float noise in near-zero gradients.
+# JEPA) and 7.2e-5 (image JEPA), Adam amplifying float noise in near-zero gradients. The world (smoke preset,
+# 3 models x 4 steps, batch 16, across 2 / 1 / 2 processes): losses equal; weights 1.4e-4 (image JEPA),
+# 1.2e-4 (text JEPA), 3e-8 (next-token LM).
 REL_TOL = 1e-5      # logged losses
 WEIGHT_TOL = 5e-4   # final weights
 
@@ -276,3 +279,85 @@ def test_train_process_killed_keeps_the_last_checkpoint_and_a_rerun_resumes(tmp_
     got, ref = _log(run), _log(tmp_path / "ref")
     assert sorted(got) == [1, 2, 3, 4]
     assert max(_rel(got[s], ref[s]) for s in got) <= REL_TOL, (got, ref)
+
+
+# -------------------------------------------------------------------------------------------- world
+WORLD = ["world", "train", "--preset", "smoke", "--quiet"]   # 3 models x 4 steps, batch 16, 64 scenes
+RUNS = ("image-jepa", "text-jepa", "ntp")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _world_here(monkeypatch, home: Path, stop_at: tuple | None = None):
+    """`captioner world train --preset smoke` in this process (one process); ``stop_at`` = (kind, step):
+    stopped at that step's batch, as a kill would (the checkpoint of the step before is kept)."""
+    from click.testing import CliRunner
+
+    import captioner.jepa.processes as proc
+    from captioner.commands.world import cli
+
+    monkeypatch.setenv("CAPTIONER_HOME", str(home))
+    if stop_at:
+        real = proc.step_batch
+
+        def step_batch(data, cfg, step, rank, world):
+            if (cfg.kind, step + 1) == stop_at:
+                raise _Stop
+            return real(data, cfg, step, rank, world)
+
+        monkeypatch.setattr(proc, "step_batch", step_batch)
+    res = CliRunner().invoke(cli, WORLD[1:])
+    if stop_at:
+        monkeypatch.setattr(proc, "step_batch", real)
+        assert isinstance(res.exception, _Stop), res.output
+    else:
+        assert res.exit_code == 0, res.output
+
+
+def _steps(folder: Path) -> dict:
+    import torch
+
+    return {k: torch.load(folder / k / "checkpoint.pt", weights_only=True)["step"]
+            for k in RUNS if (folder / k / "checkpoint.pt").exists()}
+
+
+def test_world_train_two_processes_match_one_and_checkpoints_move_between_them(tmp_path, monkeypatch):
+    """The world's three models trained across three launches: two processes by hand (killed at text JEPA
+    step 3), one process (stopped at next-token step 3), then the documented `accelerate launch` to the end;
+    every logged loss within REL_TOL of one uninterrupted process, the final weights within WEIGHT_TOL."""
+    _world_here(monkeypatch, tmp_path / "ref")
+    ref = tmp_path / "ref" / "world" / "smoke-s0"
+    home = tmp_path / "home"
+    folder = home / "world" / "smoke-s0"
+    (code0, err0), (code1, _) = by_hand([WORLD, WORLD], home, DIE_RANK=1, DIE_AT="step:3:text-jepa")
+    assert code1 == 9 and code0 == 2
+    line = _error_lines(err0)
+    assert len(line) == 1 and line[0].startswith("error: process 0 of 2: lost contact with another process of "
+                                                 "this launch during training step 3"), err0
+    assert _steps(folder) == {"image-jepa": 4, "text-jepa": 2} and not (folder / "world.json").exists()
+    _world_here(monkeypatch, home, stop_at=("ntp", 3))                           # 2 -> 1 process: text JEPA
+    assert _steps(folder) == {"image-jepa": 4, "text-jepa": 4, "ntp": 2} and not (folder / "world.json").exists()
+    launch(WORLD, home)                                                          # 1 -> 2 processes: the LM
+    assert _steps(folder) == {k: 4 for k in RUNS} and not list(folder.rglob(".*.tmp"))
+    meta = json.loads((folder / "world.json").read_text())
+    assert meta["preset"] == "smoke" and (folder / "untrained" / "checkpoint.pt").exists()
+    for k in RUNS:
+        got, want = _log(folder / k), _log(ref / k)
+        assert sorted(got) == [1, 2, 3, 4], (k, got)
+        worst = max(_rel(got[s], want[s]) for s in got)
+        assert worst <= REL_TOL, (k, worst, got, want)
+        assert want[4] != want[1]                                                # it did train
+        drift = _weight_drift(ref / k, folder / k)
+        assert drift <= WEIGHT_TOL, (k, drift)
+
+
+def test_world_train_processes_that_disagree_all_stop_with_one_line(tmp_path):
+    res = by_hand([WORLD + ["--seed", "0"], WORLD + ["--seed", "1"]], tmp_path / "home")
+    lines = [_error_lines(err) for _, err in res]
+    assert [code for code, _ in res] == [2, 2] and lines[0] == lines[1] and len(lines[0]) == 1, res
+    assert lines[0][0].startswith("error: the 2 processes of this launch disagree on the world to train: seed "
+                                  "is 0 on process 0 but 1 on process 1"), lines
+    assert "Traceback" not in res[0][1] + res[1][1]
+    assert not (tmp_path / "home" / "world").exists()                           # nothing written

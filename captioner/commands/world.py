@@ -13,8 +13,9 @@ def cli():
 
 
 @cli.command("train")
-@click.option("--preset", type=click.Choice(["quick", "lab", "gpu"]), default="lab", show_default=True,
-              help="quick (about a minute: tests), lab (the scene lab's training, ~15-25 min on 2 cores), "
+@click.option("--preset", type=click.Choice(["smoke", "quick", "lab", "gpu"]), default="lab", show_default=True,
+              help="smoke (4 steps per model: checks the command or a launch, not a usable world), quick (about a "
+                   "minute: tests), lab (the scene lab's training, ~15-25 min on 2 cores), "
                    "gpu (twice the scenes and steps: the device check)")
 @click.option("--seed", type=int, default=0, show_default=True, help="world seed (scenes, training, init)")
 @click.option("--device", default="cpu", show_default=True,

@@ -14,8 +14,11 @@ from pathlib import Path
 from captioner.errors import CaptionerError
 
 # the lab's training at two scales: "lab" is the scene lab's own (12,000 scenes, 4,800 / 3,200 steps);
-# "quick" trains in about a minute on 2 cores (for tests and the CI chain), "gpu" is larger (device check)
+# "quick" trains in about a minute on 2 cores (for tests and the CI chain), "gpu" is larger (device check);
+# "smoke" trains each model 4 steps on 64 scenes (seconds): it checks the command and a launch of several
+# processes (tests/test_distributed.py), its models are not a usable world
 PRESETS = {
+    "smoke": {"n_train": 64, "image_steps": 4, "text_steps": 4, "batch_size": 16},
     "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
     "lab": {},
     "gpu": {"n_train": 24000, "image_steps": 4800, "text_steps": 3200, "batch_size": 128},

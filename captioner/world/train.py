@@ -42,16 +42,43 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     check_attributes()
     cfg = lab_config(preset, seed)
     out = world_dir(preset, seed)
+    main = _agree(preset, seed, device, out)
     if (out / META).is_file():
         read_meta(out, preset, seed)            # another world or seed here: refused before any training
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     t = train_models(cfg, out, progress, device=device)
-    _save_untrained(t["untrained"], t["text"][1], out / "untrained" / "checkpoint.pt")
     from dataclasses import asdict
 
     meta = {"preset": preset, "seed": seed, "world": fingerprint(), "config": asdict(cfg),
             "encoders": {name: str(out / run) for name, (run, _) in ENCODERS.items()},
             "seconds": round(time.time() - t0, 1)}
-    atomic_write_json(out / META, meta)
+    if main is None or main.is_main_process:
+        _save_untrained(t["untrained"], t["text"][1], out / "untrained" / "checkpoint.pt")
+        atomic_write_json(out / META, meta)
+    if main is not None:
+        from captioner.distributed import collective
+
+        with collective("the end of the world's training"):
+            main.wait_for_everyone()            # world.json is there when any process returns
     return meta
+
+
+def _agree(preset: str, seed: int, device: str, out: Path):
+    """Under several processes (``accelerate launch``): check, before anything is written, that every
+    process was given the same world (preset, seed, device, world config, folder; one-line error on every
+    process otherwise) and return the launch's state; None in a single process."""
+    from captioner.distributed import agree, process_state, world_size
+
+    if world_size() <= 1:
+        return None
+    import torch
+
+    from captioner.world.data import fingerprint
+
+    # the same choice of backend as the training's Accelerator (captioner.jepa.processes.make_accelerator)
+    state = process_state(cpu=device == "cpu" or not torch.cuda.is_available())
+    agree("the world to train", {"preset": preset, "seed": seed, "device": device, "world config": fingerprint(),
+                                 "world folder": str(out), "finished": (out / META).is_file()},
+          hint="start every process with the same arguments and the same CAPTIONER_HOME (a shared filesystem)")
+    return state

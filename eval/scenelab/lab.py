@@ -122,7 +122,7 @@ def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps:
             raise CaptionerError(f"{out} holds a run trained otherwise than asked ({'; '.join(diff)}); pass "
                                  "another --out, or delete that folder to retrain it")
     if ck is None or ck["step"] < steps:
-        summary = train(tc, out, resume=True, data=data, progress=progress)
+        summary = train(tc, out, resume=ck is not None, data=data, progress=progress)
         ck = load_checkpoint(ckpt)
     else:
         summary = {"out": str(out), "reused": True}
