@@ -200,8 +200,14 @@ class Pipeline(DecoderParts, ZeroShotParts):
         with self._lock:
             if self._cbank is None:
                 self._log(f"caption bank: {self.bank_spec} (limit {self.bank_limit or 'default'}), {self.text_encoder}")
-                self._cbank = build_bank(self.encoder("text"), bank_sets(self.bank_spec, self.bank_limit),
-                                         exclude=self.exclude, progress=self.progress, device=self.device)
+                if self.bank_spec == "default":  # one cached file (captioner/bankcache.py)
+                    from captioner.bankcache import default_bank
+
+                    self._cbank = default_bank(self.encoder("text"), self.bank_limit, exclude=self.exclude,
+                                               progress=self.progress, device=self.device)
+                else:
+                    self._cbank = build_bank(self.encoder("text"), bank_sets(self.bank_spec, self.bank_limit),
+                                             exclude=self.exclude, progress=self.progress, device=self.device)
             return self._cbank
 
     def train_pairs(self):

@@ -38,3 +38,41 @@ def test_bank_sets_file_and_default_prefix(tmp_path):
     assert [d.name for d in parts][:2] == ["classnames", "tuxpaint"]
     assert sum(len(d.captions()) for d in parts) == 2500  # 2000 class-name captions, the rest a prefix
     assert parts[0].captions()[:2] == ["A tench.", "A photo of a tench."]
+
+
+def test_default_bank_is_read_from_one_cached_file_until_its_data_changes(tmp_path, monkeypatch):
+    """The default bank (limit 2,500) built once, then read back from its file with the same captions and
+    embeddings and no encoding; a changed data folder, a damaged file or another exclusion list rebuild it."""
+    import numpy as np
+
+    import captioner.bankcache as bc
+    from captioner.bank import build_bank
+    from captioner.paths import subdir
+    from tests.fakes import FakeTextEncoder
+
+    data = tmp_path / "data"
+    (data / "sub").mkdir(parents=True)
+    monkeypatch.setattr(bc, "data_paths", lambda: [data, tmp_path / "not-installed"])
+    enc = FakeTextEncoder(16)
+    first = bc.default_bank(enc, limit=2500, exclude=["A tench."], progress=False)
+    ref = build_bank(enc, bank_sets("default", limit=2500), exclude=["A tench."], progress=False)
+    assert first.texts == ref.texts and np.allclose(first.E, ref.E) and first.dropped == ["A tench."]
+    assert "A tench." not in first.texts and len(first) == 2384  # 2,500 less duplicates and the excluded one
+    calls = enc.calls
+    again = bc.default_bank(enc, limit=2500, exclude=["A tench."], progress=False)
+    assert enc.calls == calls  # nothing encoded, nothing merged: one file read
+    assert again.texts == first.texts and np.array_equal(again.E, first.E) and again.sources == first.sources
+    assert again.dropped == ["A tench."] and again.key() == first.key()
+    files = sorted(subdir("corpus").glob("bank-default-*.safetensors"))
+    assert len(files) == 1
+
+    (data / "sub" / "new").mkdir()  # a package upgrade adds a file: another key, a rebuilt bank
+    bc.default_bank(enc, limit=2500, exclude=["A tench."], progress=False)
+    assert len(sorted(subdir("corpus").glob("bank-default-*.safetensors"))) == 2
+    other = bc.default_bank(enc, limit=2500, exclude=(), progress=False)
+    assert "A tench." in other.texts
+
+    for f in subdir("corpus").glob("bank-default-*.safetensors"):
+        f.write_bytes(b"damaged")  # a half-written or damaged file is ignored and rebuilt
+    healed = bc.default_bank(enc, limit=2500, exclude=(), progress=False)
+    assert healed.texts == other.texts and np.allclose(healed.E, other.E)
