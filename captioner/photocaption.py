@@ -12,6 +12,11 @@ import time
 
 import numpy as np
 
+# The classifier captioner's image encoder when none is named: of EfficientNet-Lite0 / -Lite1 / -Lite2 (and
+# their averaged probabilities), Lite1's top-1 class named the subject of the validation photos most often
+# (GCompris 0.512 / openclipart 0.085 vs Lite0 0.405 / 0.064; docs/results/captions.md).
+CLASSIFIER_ENCODER = "efficientnet-lite1"
+
 
 def classifier_queries(pipe, X: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(text queries (N, D_txt), class names, probabilities (N, C)) from the image encoder's classifier head."""

@@ -13,6 +13,9 @@ Candidates:
   bank caption by cosine is the caption (text-to-text retrieval; no image-caption pair anywhere);
 - ``classifier-name``: the top-1 ImageNet class name itself.
 
+The classifier candidates are measured with the classifier head of each of EfficientNet-Lite0 (the rotations'
+image encoder), -Lite1 and -Lite2, tagged with the encoder's name; the rotation candidates use Lite0.
+
     python -m eval.photos_val [--split val] [--bank-limit N] [--json] [--out FILE]
 """
 from __future__ import annotations
@@ -41,8 +44,19 @@ def text_retrieve_top1(Q: np.ndarray, bank) -> list[str]:
     return [bank.texts[i] for i in S.argmax(1)]
 
 
+def _rows(es, sample_ids) -> np.ndarray:
+    """The rows of an embedding set in the order of ``sample_ids`` (another encoder's set of one dataset)."""
+    pos = {s: i for i, s in enumerate(es.sample_ids)}
+    missing = [s for s in sample_ids if s not in pos]
+    if missing:
+        raise SystemExit(f"photos_val: {len(missing)} image(s) embedded by one encoder but not another "
+                         f"(first: {missing[0]}); rerun to retry them")
+    return es.X[[pos[s] for s in sample_ids]]
+
+
 def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("paired", "head", "pairfree"),
-             samples_per_set: int | None = None) -> dict:
+             samples_per_set: int | None = None,
+             classifier_encoders=("efficientnet-lite1", "efficientnet-lite2")) -> dict:
     from captioner.bank import bank_sets, build_bank
     from captioner.cache import embed
     from captioner.datasets import get_dataset
@@ -52,6 +66,8 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
     from captioner.retrieval import retrieve, to_text_space
 
     pipe = Pipeline(progress=True, bank="default", bank_limit=bank_limit)
+    extra_pipes = [Pipeline(image_encoder=e, progress=True, bank="default", bank_limit=bank_limit)
+                   for e in dict.fromkeys(classifier_encoders) if e != pipe.image_encoder]
     sets = {n: get_dataset(n, split=split) for n in ("gcompris", "openclipart")}
     evaluated = [c for d in sets.values() for c in d.captions()]
     banks = {"tuxpaint": pipe.bank()}
@@ -71,11 +87,13 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
                 Q = to_text_space(pipe.serving_rotation(r), X, bank.dim)
                 idx, _ = retrieve(Q, bank, 1)
                 cands[f"{r} / {bname}"] = [bank.texts[i[0]] for i in idx]
-        Qc, names, P = classifier_queries(pipe, X)
-        top = P.argmax(1)
-        for bname, bank in banks.items():
-            cands[f"classifier / {bname}"] = text_retrieve_top1(Qc, bank)
-        cands["classifier-name"] = [f"a photo of a {names[i]}." for i in top]
+        for cpipe in (pipe, *extra_pipes):  # the classifier head of each image encoder compared
+            tag = f" ({cpipe.image_encoder})"
+            Xc = X if cpipe is pipe else _rows(embed(cpipe.encoder("image"), ds, "image"), es.sample_ids)
+            Qc, names, P = classifier_queries(cpipe, Xc)
+            for bname, bank in banks.items():
+                cands[f"classifier / {bname}{tag}"] = text_retrieve_top1(Qc, bank)
+            cands[f"classifier-name{tag}"] = [f"a photo of a {names[i]}." for i in P.argmax(1)]
         for c, caps in cands.items():
             rows.append({"candidate": c, "dataset": dname, "n": len(samples),
                          "subject_named": round(_rate(caps, samples, subject_extra), 4)})

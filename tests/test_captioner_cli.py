@@ -231,3 +231,28 @@ def test_named_label_sets_have_unique_labels():
     assert prompts.count("missile") == 2 and "missile (n04008634)" in labels
     labels, prompts = named_label_set("tuxpaint")
     assert "naturalforces" in labels and prompts[labels.index("naturalforces")] == "natural force"
+
+
+def test_the_classifier_captioner_uses_lite1_unless_an_image_encoder_is_named(images, fakes, monkeypatch):
+    """No --image-encoder: the classifier captioner runs on EfficientNet-Lite1 (best on the validation
+    photos), the rotations and classify on Lite0; a named encoder is always used."""
+    import captioner.encoders.heads as heads
+    import captioner.photocaption as pc
+
+    paths, _ = images
+    fakes["efficientnet-lite0"] = fakes["efficientnet-lite1"] = fakes["fake-image"]
+    monkeypatch.setattr(heads, "has_classifier_head", lambda enc: True)
+    seen = []
+
+    def fake_captions(pipe, ims, top_k=5):
+        seen.append(pipe.image_encoder)
+        return [{"caption": "A photo of a thing.", "retrieved": []} for _ in ims]
+    monkeypatch.setattr(pc, "classifier_captions", fake_captions)
+    assert invoke("caption", paths[0], "--text-encoder", "fake-text", "-q").stdout.endswith("a thing.\n")
+    invoke("caption", paths[0], "--image-encoder", "efficientnet-lite0", "--text-encoder", "fake-text", "-q")
+    assert seen == ["efficientnet-lite1", "efficientnet-lite0"]
+    from captioner import pipeline
+
+    monkeypatch.setattr(pipeline, "_DEFAULTS", {})
+    invoke("caption", paths[0], "--rotation", "paired", "--no-decode", "--text-encoder", "fake-text", "-q")
+    assert [json.loads(k)["image_encoder"] for k in pipeline._DEFAULTS] == ["efficientnet-lite0"]

@@ -16,7 +16,9 @@ def _common(f):
     f = click.option("--rotation-file", type=click.Path(), default=None,
                      help="A saved map (`captioner align fit`) to use as --rotation; refused if fitted for "
                           "other encoders.")(f)
-    f = click.option("--image-encoder", default="efficientnet-lite0", show_default=True)(f)
+    f = click.option("--image-encoder", default=None,
+                     help="[default: efficientnet-lite1 for the classifier captioner (it named the subject of "
+                          "the validation photos most often, docs/results/captions.md), else efficientnet-lite0]")(f)
     f = click.option("--text-encoder", default="minilm-l6", show_default=True)(f)
     f = click.option("--device", default="cpu", show_default=True)(f)
     f = click.option("--top-k", "-k", default=5, show_default=True, type=click.IntRange(1, 100))(f)
@@ -25,6 +27,7 @@ def _common(f):
     return f
 
 
+DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"  # the rotations' and zero-shot's image encoder
 SKIPPED_EXIT = 3  # exit status when any image file was skipped (the others are still printed)
 
 
@@ -100,10 +103,13 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
     Exit status 3 when any image file was skipped (the others are still captioned)."""
     from captioner.encoders import get_encoder
     from captioner.encoders.heads import has_classifier_head
+    from captioner.photocaption import CLASSIFIER_ENCODER
 
     ims, ok, bad = load_images(images)
-    head = has_classifier_head(get_encoder(image_encoder, device=device))
+    head = has_classifier_head(get_encoder(image_encoder or DEFAULT_IMAGE_ENCODER, device=device))
     captioner, rotation_ = _resolve(captioner, rotation, no_decode, head)
+    if image_encoder is None:
+        image_encoder = CLASSIFIER_ENCODER if captioner == "classifier" else DEFAULT_IMAGE_ENCODER
     if bank is None:
         bank = "default" if captioner == "classifier" else "train"
     pipe = _pipeline(image_encoder, text_encoder, device, rotation_, rotation_file, quiet, bank, bank_limit)
@@ -206,7 +212,7 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
         names, prompts = named_label_set(label_set)
         names = check_labels(names)
     ims, ok, bad = load_images(images)
-    pipe = _pipeline(image_encoder, text_encoder, device, rotation, rotation_file, quiet)
+    pipe = _pipeline(image_encoder or DEFAULT_IMAGE_ENCODER, text_encoder, device, rotation, rotation_file, quiet)
     top_k = min(top_k, len(names))
     if prompts == names:
         res = pipe.classify(ims, names, top_k=top_k, rotation=rotation)
