@@ -98,8 +98,8 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
     """Caption image files: the caption and the top-k retrieved bank captions with scores.
 
     The first run embeds the caption bank into $CAPTIONER_HOME (about 7,000 captions; `make eval` builds it
-    ahead); a later one-image call takes about 2 s with the default captioner and under 1 s with --captioner
-    decoder on 2 lightly loaded cores (docs/performance.md), plus tens of milliseconds per further image. --captioner decoder trains a decoder on first use (minutes).
+    ahead); a later one-image call takes about 1 s on 2 lightly loaded cores (docs/performance.md), plus tens
+    of milliseconds per further image. --captioner decoder trains a decoder on first use (minutes).
     Exit status 3 when any image file was skipped (the others are still captioned)."""
     from captioner.encoders import get_encoder
     from captioner.encoders.heads import has_classifier_head
