@@ -133,12 +133,15 @@ class LinearMap:
     __call__ = transform
 
     # persistence
+    EXTRA_ARRAYS = ()  # class-level (not a field): further array fields a subclass saves and loads
+
     def _arrays(self) -> dict:
         arr = {"mean_x": self.mean_x, "mean_y": self.mean_y, "R": self.R}
         if self.proj_x is not None:
             arr["proj_x"] = self.proj_x
         if self.proj_y is not None:
             arr["proj_y"] = self.proj_y
+        arr.update({k: getattr(self, k) for k in self.EXTRA_ARRAYS})
         return {k: np.ascontiguousarray(v) for k, v in arr.items()}
 
     def save(self, path) -> Path:
@@ -194,7 +197,8 @@ class LinearMap:
         try:
             m = klass(method=meta["method"], mean_x=arrays["mean_x"], mean_y=arrays["mean_y"], R=arrays["R"],
                       proj_x=arrays.get("proj_x"), proj_y=arrays.get("proj_y"), scale=float(meta.get("scale", 1.0)),
-                      meta={k: v for k, v in meta.items() if k not in known or k in ("format",)})
+                      meta={k: v for k, v in meta.items() if k not in known or k in ("format",)},
+                      **{k: arrays[k] for k in klass.EXTRA_ARRAYS})
         except (KeyError, TypeError, ValueError) as e:
             raise AlignmentError(f"{arr_path}: incomplete map ({type(e).__name__}: {e}); the files are damaged, "
                                  "refit the map") from None
@@ -262,7 +266,72 @@ class RidgeMap(LinearMap):
     """A least-squares (ridge) map: not orthogonal; the upper bound one linear map can reach from pairs."""
 
 
-_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap}
+def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
+    """Row-wise softmax of ``logits / temperature`` in float64 (stable)."""
+    if not temperature > 0:
+        raise AlignmentError(f"temperature must be > 0, not {temperature}")
+    z = np.asarray(logits, np.float64) / float(temperature)
+    z -= z.max(1, keepdims=True)
+    np.exp(z, out=z)
+    z /= z.sum(1, keepdims=True)
+    return z
+
+
+def _unit(A: np.ndarray) -> np.ndarray:
+    return A / np.maximum(np.linalg.norm(A, axis=1, keepdims=True), 1e-12)
+
+
+@dataclass
+class HeadQueryMap(Rotation):
+    """The ``head`` rotation plus the image encoder's own classifier read in text space (no pair either).
+
+    For an image x: z = the rotation's centred output, c = sum_c p(c | x) e_c - mean_y (the head's class
+    probabilities at ``meta["head_query"]["temperature"]`` over the unit class-prompt embeddings, centred on the
+    text mean), and the map returns ``mean_y + |z| * unit(unit(z) + w * unit(c))``, w =
+    ``meta["head_query"]["weight"]``: the direction of both queries summed, at the rotation's length. The
+    rotation carries what the head's 1000 classes do not name; the class query is sharper where they do.
+    ``inverse_transform`` inverts the rotation part only."""
+
+    head_W: np.ndarray | None = None   # (C, D_x) the classifier's weights
+    head_b: np.ndarray | None = None   # (C,)
+    class_E: np.ndarray | None = None  # (C, D_y) unit embeddings of the class prompts
+
+    EXTRA_ARRAYS = ("head_W", "head_b", "class_E")
+
+    def __post_init__(self):
+        super().__post_init__()
+        C = None if self.head_W is None else self.head_W.shape
+        if (C is None or self.head_b is None or self.class_E is None or C[1] != self.dim_x
+                or self.head_b.shape != (C[0],) or self.class_E.shape != (C[0], self.dim_y)):
+            raise AlignmentError(f"head query map: head {C}, bias {getattr(self.head_b, 'shape', None)} and class "
+                                 f"embeddings {getattr(self.class_E, 'shape', None)} do not fit a "
+                                 f"{self.dim_x} -> {self.dim_y} map")
+
+    def transform(self, X, add_mean: bool = True):
+        Z = super().transform(X, add_mean=False)
+        torch_in = is_torch(Z)
+        Zn = to_numpy(Z, "Z")
+        A = to_numpy(X, "X")
+        A = A[None] if A.ndim == 1 else A
+        q = self.meta.get("head_query", {})
+        P = softmax(A.astype(np.float64) @ self.head_W.T.astype(np.float64) + self.head_b,
+                    float(q.get("temperature", 1.0)))
+        C = P @ self.class_E.astype(np.float64) - self.mean_y
+        length = np.linalg.norm(Zn, axis=1, keepdims=True)
+        out = _unit(_unit(Zn.astype(np.float64)) + float(q.get("weight", 0.5)) * _unit(C)) * length
+        if add_mean:
+            out = out + self.mean_y
+        out = out.astype(Zn.dtype)
+        if torch_in:
+            import torch
+
+            return torch.from_numpy(np.ascontiguousarray(out)).to(device=Z.device, dtype=Z.dtype)
+        return out
+
+    __call__ = transform
+
+
+_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap, "HeadQueryMap": HeadQueryMap}
 
 
 def load_map(path, **kw) -> LinearMap:

@@ -31,20 +31,10 @@ import numpy as np
 
 from alignment._checks import as_matrix
 from alignment.errors import AlignmentError
+from alignment.maps import HeadQueryMap, softmax
 from alignment.procrustes import Rotation, fit_procrustes
 
 DEFAULT_TEMPERATURE = 4.0  # chosen on the Tux Paint val split among 1, 2, 4, 8 (README, eval/experiments/alignment_realdata)
-
-
-def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise softmax of ``logits / temperature`` in float64 (stable)."""
-    if not temperature > 0:
-        raise AlignmentError(f"temperature must be > 0, not {temperature}")
-    z = np.asarray(logits, np.float64) / float(temperature)
-    z -= z.max(1, keepdims=True)
-    np.exp(z, out=z)
-    z /= z.sum(1, keepdims=True)
-    return z
 
 
 def pseudo_targets(logits, class_embeddings, temperature: float = DEFAULT_TEMPERATURE) -> np.ndarray:
@@ -97,4 +87,20 @@ def fit_head_rotation(X, logits, class_embeddings, temperature: float = DEFAULT_
     return rot
 
 
-__all__ = ["DEFAULT_TEMPERATURE", "softmax", "pseudo_targets", "fit_head_rotation"]
+def with_head_query(rot: Rotation, head_W, head_b, class_embeddings, weight: float = 0.5,
+                    temperature: float = 1.0) -> HeadQueryMap:
+    """``rot`` (a head rotation) with the classifier's own class query added (:class:`HeadQueryMap`): its
+    transform returns the direction of the rotated image plus ``weight`` times that of the head's
+    probability-weighted class prompts (softmax at ``temperature``), at the rotated image's length."""
+    W = as_matrix(head_W, "head_W", min_rows=2, allow_constant=True)
+    E = as_matrix(class_embeddings, "class_embeddings", min_rows=2)
+    if not weight >= 0 or not temperature > 0:
+        raise AlignmentError(f"weight must be >= 0 and temperature > 0, not {weight} and {temperature}")
+    En = E / np.maximum(np.linalg.norm(E, axis=1, keepdims=True), 1e-12)
+    meta = {**rot.meta, "head_query": {"weight": float(weight), "temperature": float(temperature)}}
+    return HeadQueryMap(method=rot.method, mean_x=rot.mean_x, mean_y=rot.mean_y, R=rot.R, proj_x=rot.proj_x,
+                        proj_y=rot.proj_y, scale=rot.scale, meta=meta, head_W=W.astype(np.float32),
+                        head_b=np.asarray(head_b, np.float32).reshape(-1), class_E=En.astype(np.float32))
+
+
+__all__ = ["DEFAULT_TEMPERATURE", "softmax", "pseudo_targets", "fit_head_rotation", "with_head_query"]

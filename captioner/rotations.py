@@ -162,11 +162,13 @@ def _fit_random(src: FitSource, seed: int = 0, dim: int | None = None) -> Fitted
 
 
 def _fit_head(src: FitSource, temperature: float = 4.0, prompt: str = "a photo of a {c}.",
-              text_mean: str = "bank") -> Fitted:
+              text_mean: str = "bank", query_weight: float = 1.0) -> Fitted:
     """No image-caption pair: the image encoder's classifier head gives each unlabelled image a distribution
     over its class names; the text encoder embeds the names as ``prompt``; Procrustes from the images to
-    those soft targets (``alignment.pseudo.fit_head_rotation``), centred on the bank's mean."""
-    from alignment.pseudo import fit_head_rotation
+    those soft targets (``alignment.pseudo.fit_head_rotation``), centred on the bank's mean. With
+    ``query_weight`` > 0 the map also adds the head's own class query in text space
+    (``alignment.pseudo.with_head_query``; 1.0 chosen on the Tux Paint val split, docs/results/pairfree-real.md)."""
+    from alignment.pseudo import fit_head_rotation, with_head_query
     from captioner.encoders.heads import classifier_head
 
     image_encoder, X = src.image_encoder(), np.asarray(src.images(), np.float32)
@@ -176,7 +178,8 @@ def _fit_head(src: FitSource, temperature: float = 4.0, prompt: str = "a photo o
     meta = {"pairing": f"none (pseudo-pairs: {len(X)} unlabelled images x the image encoder's {len(names)}-class "
                        f"head, class names embedded as '{prompt}')", **src.meta}
     mean = src.texts().mean(0) if text_mean == "bank" else None
-    return Fitted(fit_head_rotation(X, X @ W.T + b, E, temperature=temperature, text_mean=mean, **meta))
+    rot = fit_head_rotation(X, X @ W.T + b, E, temperature=temperature, text_mean=mean, **meta)
+    return Fitted(with_head_query(rot, W, b, E, weight=query_weight) if query_weight > 0 else rot)
 
 
 def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher: str = "auto",
@@ -208,7 +211,7 @@ def _head_defaults() -> dict:
     from alignment.pseudo import DEFAULT_TEMPERATURE
     from captioner.encoders.heads import HEAD_PROMPT
 
-    return {"temperature": DEFAULT_TEMPERATURE, "prompt": HEAD_PROMPT, "text_mean": "bank"}
+    return {"temperature": DEFAULT_TEMPERATURE, "prompt": HEAD_PROMPT, "text_mean": "bank", "query_weight": 1.0}
 
 
 KINDS: dict[str, RotationKind] = {k.name: k for k in [
@@ -256,7 +259,7 @@ def key_params(name: str, **given) -> dict:
 
 
 # The options that have always been part of each kind's cache key (so existing artifacts keep their names).
-_KEYED = {"pairfree": ("max", "seed"), "random": ("seed",), "head": ("temperature", "prompt", "text_mean")}
+_KEYED = {"pairfree": ("max", "seed"), "random": ("seed",), "head": ("temperature", "prompt", "text_mean", "query_weight")}
 _UNKEYED = {"progress"}  # options that do not change the map
 
 

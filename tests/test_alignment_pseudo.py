@@ -50,3 +50,33 @@ def test_bad_input_is_refused_with_a_message():
         fit_head_rotation(X, np.random.default_rng(1).standard_normal((10, 3)), E, text_mean=np.zeros(4))
     with pytest.raises(AlignmentError):
         pseudo_targets(np.full((2, 3), np.nan), E)
+
+
+def test_head_query_map_adds_the_class_query_and_survives_a_round_trip(tmp_path):
+    """Known answer: a one-hot head on class c gives mean_y + |z| * unit(unit(z) + w * unit(e_c - mean_y));
+    weight 0 is the rotation itself; saved and loaded, the map is the same map; shapes that do not fit fail."""
+    from alignment.maps import HeadQueryMap, load_map
+    from alignment.pseudo import with_head_query
+
+    rng = np.random.default_rng(3)
+    D, C = 6, 3
+    X = rng.standard_normal((40, D))
+    rot = fit_head_rotation(X, rng.standard_normal((40, C)), rng.standard_normal((C, D)), temperature=1.0)
+    E = np.eye(C, D) * 2.0                                   # unit rows after normalisation: e_c = axis c
+    Wh, bh = np.zeros((C, D)), np.array([0.0, 60.0, 0.0])    # every image: class 1 with probability ~1
+    m = with_head_query(rot, Wh, bh, E, weight=0.5)
+    assert isinstance(m, HeadQueryMap) and m.meta["head_query"] == {"weight": 0.5, "temperature": 1.0}
+    z = rot.transform(X[:5], add_mean=False)
+    c = np.eye(C, D)[1] - rot.mean_y
+    u = z / np.linalg.norm(z, axis=1, keepdims=True) + 0.5 * c / np.linalg.norm(c)
+    want = rot.mean_y + u / np.linalg.norm(u, axis=1, keepdims=True) * np.linalg.norm(z, axis=1, keepdims=True)
+    np.testing.assert_allclose(m.transform(X[:5]), want, atol=1e-5)
+    np.testing.assert_allclose(with_head_query(rot, Wh, bh, E, weight=0.0).transform(X[:5]), rot.transform(X[:5]),
+                               atol=1e-5)
+    back = load_map(m.save(tmp_path / "hq"))
+    assert type(back) is HeadQueryMap and back.meta["head_query"]["weight"] == 0.5
+    np.testing.assert_allclose(back.transform(X), m.transform(X), atol=1e-6)
+    with pytest.raises(AlignmentError, match="do not fit"):
+        with_head_query(rot, np.zeros((C, D + 1)), bh, E)
+    with pytest.raises(AlignmentError, match="weight must be"):
+        with_head_query(rot, Wh, bh, E, weight=-1.0)
