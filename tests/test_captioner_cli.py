@@ -256,3 +256,19 @@ def test_the_classifier_captioner_uses_lite1_unless_an_image_encoder_is_named(im
     monkeypatch.setattr(pipeline, "_DEFAULTS", {})
     invoke("caption", paths[0], "--rotation", "paired", "--no-decode", "--text-encoder", "fake-text", "-q")
     assert [json.loads(k)["image_encoder"] for k in pipeline._DEFAULTS] == ["efficientnet-lite0"]
+
+
+def test_classify_defaults_to_the_head_rotation_only_with_a_classifier_head(images, fakes, monkeypatch):
+    """No --rotation: classify uses ``head`` (no image-caption pair) when the image encoder has a classifier
+    head, ``paired`` when it has none or a map file is given; --rotation always wins."""
+    import captioner.encoders.heads as heads
+    from captioner.commands.caption import _default_classify_rotation
+
+    paths, _ = images
+    data = json.loads(invoke("classify", paths[0], "--labels", "cat,dog", "--json", *FAKE).stdout)
+    assert data["rotation"] == "paired"  # the fake image encoder has no head
+    monkeypatch.setattr(heads, "has_classifier_head", lambda enc: True)
+    assert _default_classify_rotation("fake-image", "cpu", None) == "head"
+    assert _default_classify_rotation("fake-image", "cpu", "map.safetensors") == "paired"
+    data = json.loads(invoke("classify", paths[0], "--labels", "cat,dog", "-r", "pairfree", "--json", *FAKE).stdout)
+    assert data["rotation"] == "pairfree"

@@ -12,7 +12,8 @@ def _common(f):
     from captioner.rotations import ALL, KINDS
 
     f = click.option("--rotation", "-r", type=click.Choice(ALL), default=None,
-                     help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items()) + " (default: paired).")(f)
+                     help="; ".join(f"{k}: {v.label}" for k, v in KINDS.items())
+                     + " (default: paired; classify: head where the image encoder has a classifier head).")(f)
     f = click.option("--rotation-file", type=click.Path(), default=None,
                      help="A saved map (`captioner align fit`) to use as --rotation; refused if fitted for "
                           "other encoders.")(f)
@@ -196,8 +197,6 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
 
     Exit status 3 when any image file was skipped (the others are still classified)."""
     from captioner.zeroshot import check_labels
-
-    rotation = rotation or "paired"
     if labels is not None and not labels.strip(" ,"):
         raise click.UsageError("--labels is empty: give class names, e.g. --labels cat,dog,car")
     if labels is not None and label_set:
@@ -212,7 +211,9 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
         names, prompts = named_label_set(label_set)
         names = check_labels(names)
     ims, ok, bad = load_images(images)
-    pipe = _pipeline(image_encoder or DEFAULT_IMAGE_ENCODER, text_encoder, device, rotation, rotation_file, quiet)
+    image_encoder = image_encoder or DEFAULT_IMAGE_ENCODER
+    rotation = rotation or _default_classify_rotation(image_encoder, device, rotation_file)
+    pipe = _pipeline(image_encoder, text_encoder, device, rotation, rotation_file, quiet)
     top_k = min(top_k, len(names))
     if prompts == names:
         res = pipe.classify(ims, names, top_k=top_k, rotation=rotation)
@@ -229,6 +230,19 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
             for c in r["labels"][1:]:
                 click.echo(f"    {c['label']} ({c['prob']:.3f})")
     _done(bad)
+
+
+def _default_classify_rotation(image_encoder: str, device: str, rotation_file) -> str:
+    """``head`` (no image-caption pair) when the image encoder has a classifier head and no map file is
+    given, else ``paired``. On the validation photos head was as good in-domain (Tux Paint val top-1 57.1 %
+    both) and far better on everyday photos (GCompris val 64.3 % vs 36.9 % of 44 classes; openclipart 9.1 %
+    vs 6.4 % of 255; docs/results/captions.md)."""
+    if rotation_file:
+        return "paired"
+    from captioner.encoders import get_encoder
+    from captioner.encoders.heads import has_classifier_head
+
+    return "head" if has_classifier_head(get_encoder(image_encoder, device=device)) else "paired"
 
 
 def split_label_words(args) -> tuple[tuple, list[str]]:
