@@ -84,6 +84,7 @@ def main(argv=None):
     ref = baseline()
     agree = {k: float(np.abs(f() - ref).max()) for k, f in variants.items() if k != "baseline_eager"}
     times = {k: [] for k in variants}
+    load_before = [round(x, 2) for x in os.getloadavg()]
     for _ in range(args.rounds):
         for k, f in variants.items():
             t = time.perf_counter()
@@ -91,6 +92,7 @@ def main(argv=None):
             times[k].append(time.perf_counter() - t)
     res = {
         "machine": {"cores": os.cpu_count(), "torch": torch.__version__, "threads": torch.get_num_threads()},
+        "load_average": {"before": load_before, "after": [round(x, 2) for x in os.getloadavg()]},
         "images": len(paths), "rounds": args.rounds, "size": 224,
         "images_per_s": {k: round(len(paths) / statistics.median(v), 2) for k, v in times.items()},
         "max_abs_diff_vs_baseline": agree,
@@ -104,6 +106,8 @@ def main(argv=None):
         print("\n| variant | images/s | x baseline (same run) | x 7 img/s |\n|---|---|---|---|")
         for k in ips:
             print(f"| {k} | {ips[k]} | {res['speedup_vs_baseline'][k]} | {res['vs_first_measurement'][k]} |")
+        la = res["load_average"]
+        print(f"\nload average {la['before']} -> {la['after']} on {os.cpu_count()} CPUs")
     return 0
 
 
