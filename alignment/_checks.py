@@ -84,3 +84,44 @@ def blas_threads(n: int = 1):
         import contextlib
 
         return contextlib.nullcontext()
+
+
+class torch_threads:
+    """Context setting torch's intra-op threads (CPU) and restoring them after. Many small products (the
+    IVF's cell-by-cell search) run several times faster on one thread than on two, and far faster on a
+    busy machine, where a descheduled thread stalls every parallel region."""
+
+    def __init__(self, n: int = 1):
+        self.n = n
+
+    def __enter__(self):
+        import torch
+
+        self.old = torch.get_num_threads()
+        torch.set_num_threads(max(1, self.n))
+        return self
+
+    def __exit__(self, *exc):
+        import torch
+
+        torch.set_num_threads(self.old)
+
+
+def work_threads() -> int:
+    """Threads for large products now: every core when no other process is runnable, else one less per
+    runnable process (at least one). On a shared machine OpenBLAS / OpenMP threads that must wait for a
+    descheduled partner run 2-10x slower than one thread (measured in docs/results/matcher.md); so the
+    count follows the CPU share actually free (the run queue of /proc/loadavg, sampled a few times)."""
+    import os
+    import time
+
+    cpus = os.cpu_count() or 1
+    try:
+        others = []
+        for _ in range(3):
+            with open("/proc/loadavg") as f:
+                others.append(int(f.read().split()[3].split("/")[0]) - 1)  # runnable now, less this thread
+            time.sleep(0.001)
+        return max(1, min(cpus, cpus - min(others)))
+    except (OSError, ValueError, IndexError):
+        return cpus

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alignment._checks import as_matrix
+from alignment._checks import as_matrix, blas_threads, work_threads
 from alignment.errors import AlignmentError
 from alignment.procrustes import Rotation, _svd, pca
 
@@ -52,7 +52,11 @@ class _Prep:
     sy: float
 
 
-def _prepare(X, Y, dim, normalize=True, rows_l2=False) -> _Prep:
+# rows per block when preparing large clouds (centring, covariance, projection): memory O(chunk x D)
+PREP_CHUNK = 32768
+
+
+def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> _Prep:
     X = as_matrix(X, "X", min_rows=3)
     Y = as_matrix(Y, "Y", min_rows=3)
     n1, D1 = X.shape
@@ -61,27 +65,62 @@ def _prepare(X, Y, dim, normalize=True, rows_l2=False) -> _Prep:
     if d < 1 or d > min(D1, D2):
         raise AlignmentError(f"dim={dim} must be between 1 and min(D1, D2) = {min(D1, D2)}")
     d = min(d, n1 - 1, n2 - 1)
-    dt = np.float32
-    mx = X.mean(0, dtype=np.float64)
-    my = Y.mean(0, dtype=np.float64)
-    Xc = (X - mx).astype(dt)
-    Yc = (Y - my).astype(dt)
-    if rows_l2:  # cosine geometry (what retrieval and the metrics use); the stored scale uses the mean norm
-        nx_, ny_ = np.linalg.norm(Xc, axis=1, keepdims=True), np.linalg.norm(Yc, axis=1, keepdims=True)
-        rx, ry = float(nx_.mean()), float(ny_.mean())
-        Xc /= np.maximum(nx_, 1e-12)
-        Yc /= np.maximum(ny_, 1e-12)
-    sx = float(np.sqrt(np.einsum("ij,ij->", Xc, Xc, dtype=np.float64) / n1)) if normalize else 1.0
-    sy = float(np.sqrt(np.einsum("ij,ij->", Yc, Yc, dtype=np.float64) / n2)) if normalize else 1.0
-    if sx == 0 or sy == 0:
+    with blas_threads(threads or work_threads()):
+        A, va, mx, Vx, sx = _pca_side(X, d, normalize, rows_l2, chunk or PREP_CHUNK)
+        B, vb, my, Vy, sy = _pca_side(Y, d, normalize, rows_l2, chunk or PREP_CHUNK)
+    return _Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
+
+
+def _pca_side(X, d, normalize, rows_l2, chunk):
+    """One cloud centred, (row-normalised,) scaled to unit total variance and projected on its top d
+    principal axes, in blocks of ``chunk`` rows: the mean, then the covariance (float32 blocks summed in
+    float64), then the projection. Returns (P (N, d) float32, var (d,), mean (D,) float64, V (D, d), scale).
+    Axis signs follow :func:`alignment.procrustes.pca` (positive skewness of the projections)."""
+    n, D = X.shape
+    mean = np.zeros(D)
+    for s in range(0, n, chunk):
+        mean += X[s:s + chunk].sum(0, dtype=np.float64)
+    mean /= n
+    m32 = mean.astype(np.float32) if X.dtype == np.float32 else mean
+
+    def block(s):  # centred float32 rows (unit length for rows_l2) and their norms before that
+        Z = (X[s:s + chunk] - m32).astype(np.float32, copy=False)
+        r = np.linalg.norm(Z, axis=1, keepdims=True) if rows_l2 else None
+        return (Z / np.maximum(r, 1e-12) if rows_l2 else Z), r
+
+    C = np.zeros((D, D))
+    rsum = 0.0
+    for s in range(0, n, chunk):
+        Z, r = block(s)
+        C += Z.T @ Z
+        rsum += float(r.sum()) if rows_l2 else 0.0
+    scale = float(np.sqrt(np.trace(C) / n)) if normalize else 1.0
+    if scale == 0:
         raise AlignmentError("X or Y has zero variance; nothing to match")
-    Xc /= sx
-    Yc /= sy
-    if rows_l2:
-        sx, sy = sx * rx, sy * ry
-    Vx, va = pca(Xc, d)
-    Vy, vb = pca(Yc, d)
-    return _Prep(np.ascontiguousarray(Xc @ Vx), np.ascontiguousarray(Yc @ Vy), va, vb, mx, my, Vx, Vy, sx, sy)
+    if n < D:  # few rows: the thin SVD of the (small) centred cloud, as pca() does
+        Zs = np.concatenate([block(s)[0] for s in range(0, n, chunk)]) / np.float32(scale)
+        V, var = pca(Zs, d)
+        P = np.ascontiguousarray(Zs @ V)
+    else:
+        with blas_threads(1):
+            w, V = np.linalg.eigh(C / (scale * scale * max(n - 1, 1)))
+        order = np.argsort(w)[::-1][:d]
+        V, var = np.ascontiguousarray(V[:, order], dtype=np.float32), np.maximum(w[order], 0.0)
+        V /= np.float32(scale)  # fold the scale into the projection
+        P = np.empty((n, d), np.float32)
+        skew = np.zeros(d)
+        for s in range(0, n, chunk):
+            P[s:s + chunk] = block(s)[0] @ V
+            Ps = P[s:s + chunk]
+            skew += (Ps * Ps * Ps).sum(0, dtype=np.float64)
+        V *= np.float32(scale)
+        sign = np.where(skew < 0, -1.0, 1.0).astype(np.float32)
+        V *= sign
+        for s in range(0, n, chunk):
+            P[s:s + chunk] *= sign
+    if rows_l2:  # cosine geometry (what retrieval and the metrics use); the stored scale uses the mean norm
+        scale *= rsum / n
+    return P, var, mean, V, scale
 
 
 def _rotation_from(prep: _Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
@@ -100,3 +139,12 @@ def _procrustes(A, B, w=None):
     M = (A.T * w) @ B if w is not None else A.T @ B
     U, _, Vt = _svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
+
+
+def _cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
+    """A[ok]^T B[perm[ok]] (d, d) summed in float64 over blocks of ``chunk`` rows (no N x d gather)."""
+    M = np.zeros((A.shape[1], B.shape[1]))
+    for s in range(0, len(A), chunk):
+        o = ok[s:s + chunk]
+        M += A[s:s + chunk][o].T @ B[perm[s:s + chunk][o]]
+    return M

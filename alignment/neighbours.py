@@ -5,43 +5,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from alignment.nnsearch import knn  # noqa: F401  (re-exported: the matchers import it from here)
+
 
 def _sqnorm(A):
     return np.einsum("ij,ij->i", A, A)
-
-
-def knn(Q, K, k: int = 1, chunk: int = 1024, progress: bool = False, desc: str = "neighbours"):
-    """Exact k nearest neighbours (squared Euclidean) of each row of Q among the rows of K, in chunks.
-
-    Parameters
-    ----------
-    Q : (Nq, m), K : (Nk, m) float arrays
-    k : neighbours per query (<= Nk)
-    chunk : query rows per block; memory is about chunk * Nk floats
-
-    Returns
-    -------
-    idx : (Nq, k) int64 sorted by distance; d2 : (Nq, k) float32 squared distances
-    """
-    import torch  # its addmm + topk are several times faster than numpy's matmul + argpartition here
-
-    k = min(k, K.shape[0])
-    Kt = torch.from_numpy(np.ascontiguousarray(K, dtype=np.float32))
-    kn = (Kt * Kt).sum(1)[None, :]
-    idx = np.empty((Q.shape[0], k), np.int64)
-    d2 = np.empty((Q.shape[0], k), np.float32)
-    it = range(0, Q.shape[0], chunk)
-    if progress:
-        from tqdm.auto import tqdm
-
-        it = tqdm(it, desc=desc, unit="chunk", leave=False)
-    for s in it:
-        q = torch.from_numpy(np.ascontiguousarray(Q[s:s + chunk], dtype=np.float32))
-        D = torch.addmm(kn, q, Kt.T, alpha=-2.0)  # (c, Nk) = |k|^2 - 2 q.k; |q|^2 added below
-        v, j = torch.topk(D, k, dim=1, largest=False, sorted=True)
-        idx[s:s + len(q)] = j.numpy()
-        d2[s:s + len(q)] = (v + (q * q).sum(1, keepdim=True)).clamp_min_(0).numpy()
-    return idx, d2
 
 
 def _sqdist(Q, K):
@@ -67,81 +35,157 @@ def _mutual(Bq, Ar):
     return qi, f[qi], np.maximum(D[qi, f[qi]], 0), len(qi) / max(len(Bq), 1)
 
 
-def _assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None, force=None):
+# Candidate search for the sparse assignment: exact below this many Y x X pairs (N1 x N2), the IVF of
+# alignment.nnsearch above (on CPU; a GPU searches exactly). Measured in docs/results/matcher.md.
+IVF_FROM = 1_000_000_000
+
+
+def _assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None, force=None, search="auto",
+            device=None, threads=None):
     """One-to-one assignment of rows of AR (N1, d) to rows of B (N2, d) by squared distance.
 
     ``force`` (x rows, y rows): known pairs that the assignment keeps.
     ``y_idx`` (N2, c): candidates from an earlier call to re-rank instead of searching again (large N).
+    ``search``: "exact", "ivf" or "auto" (IVF above ``IVF_FROM`` pairs on CPU); ``device``: torch device of
+    the candidate search; ``threads``: CPU threads for its large products (default: all).
     Returns perm (N1,) (-1 unmatched), dist (N1,) squared distance of the assigned pair, and the candidate
     structure {"y_idx" (N2, c), "y_d2" (N2, c), "mutual_mask" (N1,)} used for scores and the coupling."""
-    from scipy.optimize import linear_sum_assignment
-
     n1, d = AR.shape
     n2 = B.shape[0]
+    if n1 * n2 <= dense_max:
+        return _assign_dense(AR, B, candidates, force)
     perm = np.full(n1, -1, np.int64)
     dist = np.full(n1, np.inf, np.float32)
-    if n1 * n2 <= dense_max:
-        import torch
-
-        Ct = _sqdist(B, AR)  # (N2, N1)
-        c = min(candidates, n1)
-        v, j = torch.topk(Ct, c, dim=1, largest=False, sorted=True)
-        y_idx, y_d2 = j.numpy().astype(np.int64), v.numpy()
-        x_best = Ct.argmin(0).numpy()  # X -> nearest Y
-        C = Ct.numpy()
-        fx, fy = force if force is not None else ((), ())
-        if len(fx):  # known pairs: far cheaper than any other edge, so the assignment takes them
-            kept = C[fy, fx].copy()
-            C[fy, fx] = -float(C.max()) * (len(fx) + 1) - 1.0
-        r, cidx = linear_sum_assignment(C)
-        if len(fx):
-            C[fy, fx] = kept
-        perm[cidx] = r
-        dist[cidx] = C[r, cidx]
-        mutual_mask = np.zeros(n1, bool)
-        mutual_mask[cidx] = (x_best[cidx] == r) & (y_idx[r, 0] == cidx)
-        return perm, dist, {"y_idx": y_idx, "y_d2": y_d2, "mutual_mask": mutual_mask}
-
     # large: candidates in the top axes (most of the variance), re-ranked in full dimension
     m = min(candidate_dims, d)
     c = min(candidates, n1)
     if y_idx is None:
-        y_idx, _ = knn(B[:, :m], AR[:, :m], k=c, progress=progress, desc="candidates")
+        y_idx, _ = _candidates(B[:, :m], AR[:, :m], c, search, device, progress, threads)
     y_d2 = ((B[:, None, :] - AR[y_idx]) ** 2).sum(-1) if n2 * c * d <= 5e7 else _rerank(B, AR, y_idx)
     o = np.argsort(y_d2, 1)
     y_idx, y_d2 = np.take_along_axis(y_idx, o, 1), np.take_along_axis(y_d2, o, 1)
-    # greedy one-to-one over candidate edges by increasing distance
-    rows = np.repeat(np.arange(n2), c)
-    cols = y_idx.ravel()
-    w = y_d2.ravel()
-    e = np.argsort(w, kind="stable")
     used_y = np.zeros(n2, bool)
     if force is not None and len(force[0]):
         perm[force[0]] = force[1]
         used_y[force[1]] = True
         dist[force[0]] = ((AR[force[0]] - B[force[1]]) ** 2).sum(1)
-    for i in e:
-        yi, xi = rows[i], cols[i]
-        if perm[xi] < 0 and not used_y[yi]:
-            perm[xi] = yi
-            used_y[yi] = True
-            dist[xi] = w[i]
-    # leftovers: exact assignment among the unmatched rows of both sides, when small enough
-    lx, ly = np.flatnonzero(perm < 0), np.flatnonzero(~used_y)
-    if len(lx) and len(ly) and len(lx) * len(ly) <= dense_max:
-        C = _sqdist(B[ly], AR[lx]).numpy()
-        r, cidx = linear_sum_assignment(C)
-        perm[lx[cidx]] = ly[r]
-        dist[lx[cidx]] = C[r, cidx]
+    # greedy one-to-one over candidate edges by increasing distance
+    greedy_matching(np.repeat(np.arange(n2), c), y_idx.ravel(), y_d2.ravel(), perm, used_y, dist)
+    _match_leftovers(AR, B, perm, used_y, dist, dense_max, m, c, search, device, threads)
     # X -> nearest Y over the candidate edges (approximate reverse neighbours)
     best_y = np.full(n1, -1, np.int64)
-    best_d = np.full(n1, np.inf, np.float32)
     first = y_d2[:, 0]
     o = np.argsort(-first)  # assign in decreasing distance so the smallest wins last
-    best_d[y_idx[o, 0]] = first[o]
     best_y[y_idx[o, 0]] = o
     mutual_mask = (perm >= 0) & (best_y == perm) & (y_idx[np.maximum(perm, 0), 0] == np.arange(n1))
     return perm, dist, {"y_idx": y_idx, "y_d2": y_d2, "mutual_mask": mutual_mask}
+
+
+def _assign_dense(AR, B, candidates, force):
+    """:func:`_assign` for small N1 x N2: Hungarian on the dense cost."""
+    import torch
+    from scipy.optimize import linear_sum_assignment
+
+    n1 = AR.shape[0]
+    perm = np.full(n1, -1, np.int64)
+    dist = np.full(n1, np.inf, np.float32)
+    Ct = _sqdist(B, AR)  # (N2, N1)
+    c = min(candidates, n1)
+    v, j = torch.topk(Ct, c, dim=1, largest=False, sorted=True)
+    y_idx, y_d2 = j.numpy().astype(np.int64), v.numpy()
+    x_best = Ct.argmin(0).numpy()  # X -> nearest Y
+    C = Ct.numpy()
+    fx, fy = force if force is not None else ((), ())
+    if len(fx):  # known pairs: far cheaper than any other edge, so the assignment takes them
+        kept = C[fy, fx].copy()
+        C[fy, fx] = -float(C.max()) * (len(fx) + 1) - 1.0
+    r, cidx = linear_sum_assignment(C)
+    if len(fx):
+        C[fy, fx] = kept
+    perm[cidx] = r
+    dist[cidx] = C[r, cidx]
+    mutual_mask = np.zeros(n1, bool)
+    mutual_mask[cidx] = (x_best[cidx] == r) & (y_idx[r, 0] == cidx)
+    return perm, dist, {"y_idx": y_idx, "y_d2": y_d2, "mutual_mask": mutual_mask}
+
+
+def _candidates(Q, K, c, search, device, progress, threads=None):
+    """The c nearest rows of K for each row of Q: exact, or through the IVF (see ``IVF_FROM``)."""
+    from alignment._checks import torch_threads
+    from alignment.nnsearch import ivf_knn
+
+    if search not in ("auto", "exact", "ivf"):
+        from alignment.errors import AlignmentError
+
+        raise AlignmentError(f"search={search!r}: use 'auto', 'exact' or 'ivf'")
+    gpu = device is not None and str(device) != "cpu"
+    if search == "ivf" or (search == "auto" and not gpu and len(Q) * len(K) > IVF_FROM):
+        return ivf_knn(Q, K, k=c, device=device, threads=threads)
+    import torch
+
+    with torch_threads(threads or torch.get_num_threads()):
+        return knn(Q, K, k=c, progress=progress, desc="candidates", device=device)
+
+
+def greedy_matching(rows, cols, w, perm, used, dist=None, rounds: int = 50, tail: int = 20_000):
+    """Greedy one-to-one matching over weighted edges (row ``rows[e]`` of Y, row ``cols[e]`` of X, weight
+    ``w[e]``), lightest first, filling ``perm`` (X -> Y, -1 free), ``used`` (Y taken) and ``dist`` in place.
+
+    Vectorised: each round accepts every live edge that is the lightest live edge at both its ends (ties
+    broken by edge order); with distinct weights that is the sequential greedy's matching (Hoepman's
+    locally-dominant edges). After ``rounds`` rounds, or once under ``tail`` live edges remain, the rest
+    runs sequentially."""
+    order = np.argsort(w, kind="stable")
+    R, C, W = rows[order], cols[order], w[order]
+    live = np.flatnonzero(~used[R] & (perm[C] < 0))
+    first_r = np.empty(len(used), np.int64)
+    first_c = np.empty(len(perm), np.int64)
+    for _ in range(rounds):
+        if len(live) <= tail:
+            break
+        r, c = R[live], C[live]
+        pos = np.arange(len(live))
+        first_r[r[::-1]] = pos[::-1]  # the earliest (lightest) live edge of each row: the last write wins
+        first_c[c[::-1]] = pos[::-1]
+        acc = (first_r[r] == pos) & (first_c[c] == pos)
+        e = live[acc]
+        perm[C[e]] = R[e]
+        used[R[e]] = True
+        if dist is not None:
+            dist[C[e]] = W[e]
+        live = live[~used[R[live]] & (perm[C[live]] < 0)]
+    for e in live:
+        yi, xi = R[e], C[e]
+        if perm[xi] < 0 and not used[yi]:
+            perm[xi] = yi
+            used[yi] = True
+            if dist is not None:
+                dist[xi] = W[e]
+
+
+def _match_leftovers(AR, B, perm, used_y, dist, dense_max, m, c, search, device, threads=None, rounds: int = 3):
+    """Rows left free by the greedy pass: exact assignment (Hungarian) among them when their product is at
+    most ``dense_max``; else up to ``rounds`` rounds of candidate search + greedy among the free rows only."""
+    from scipy.optimize import linear_sum_assignment
+
+    for rnd in range(rounds + 1):
+        lx, ly = np.flatnonzero(perm < 0), np.flatnonzero(~used_y)
+        if not len(lx) or not len(ly):
+            return
+        if len(lx) * len(ly) <= dense_max:
+            C = _sqdist(B[ly], AR[lx]).numpy()
+            r, cidx = linear_sum_assignment(C)
+            perm[lx[cidx]] = ly[r]
+            dist[lx[cidx]] = C[r, cidx]
+            return
+        if rnd == rounds:
+            return
+        cc = min(c, len(lx))
+        j, _ = _candidates(B[ly, :m], AR[lx, :m], cc, search, device, False, threads)
+        rows = np.repeat(ly, cc)
+        cols = lx[j.ravel()]
+        w = _rerank(B[ly], AR, lx[j]).ravel()
+        greedy_matching(rows, cols, w, perm, used_y, dist)
 
 
 def _rerank(B, AR, y_idx, chunk=4096):

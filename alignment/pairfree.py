@@ -47,9 +47,9 @@ import time
 
 import numpy as np
 
-from alignment._checks import blas_threads
+from alignment._checks import blas_threads, work_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _Prep, _prepare, _procrustes, _rotation_from  # noqa: F401
+from alignment.matching import MatchResult, _cross_cov, _Prep, _prepare, _procrustes, _rotation_from  # noqa: F401
 from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqdist, _sqnorm, knn  # noqa: F401
 from alignment.procrustes import _svd
 
@@ -113,7 +113,7 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
 
 
 _OURS_ONLY = {"sign_axes", "restarts", "subset", "iters", "reject", "candidates", "candidate_dims", "normalize",
-              "fit_scale", "seeds", "seed_weight", "dense_max"}
+              "fit_scale", "seeds", "seed_weight", "dense_max", "search", "device"}
 
 
 # ----------------------------------------------------------------------------------------------- ours
@@ -121,7 +121,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
                    iters: int = 2, reject: float | None = None, dense_max: int = 5_000_000,
                    candidates: int = 4, candidate_dims: int = 32, normalize: bool = True, fit_scale: bool = False,
                    seeds=None, seed_weight: float = 10.0, seed: int = 0, progress: bool = False,
-                   **meta) -> MatchResult:
+                   search: str = "auto", device=None, **meta) -> MatchResult:
     """Long: its parameters and their documentation are most of it; the steps are ``_sign_search``,
     ``_refine`` and the assignment of ``alignment.neighbours``.
 
@@ -145,6 +145,9 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     seeds : optional known or pseudo pairs [(i, j), ...] (row i of X matches row j of Y); they enter every
         Procrustes fit with weight ``seed_weight`` each (a matched pair weighs 1) and are kept in the answer
     seed : unused (the search is deterministic); accepted so that every matcher takes the same arguments
+    search : candidate search above ``dense_max``: "exact", "ivf" (k-means cells, approximate) or "auto"
+        (IVF above ``alignment.neighbours.IVF_FROM`` pairs on CPU)
+    device : torch device for the candidate search (e.g. "cuda"; default CPU)
     **meta : stored in the rotation's metadata (encoders, datasets)
 
     Returns
@@ -153,7 +156,8 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     """
     t0 = time.perf_counter()
     timings = {}
-    prep = _prepare(X, Y, dim, normalize)
+    threads = work_threads()  # for the large products: what the CPUs free now allow (one on a busy machine)
+    prep = _prepare(X, Y, dim, normalize, threads=threads)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
@@ -186,14 +190,21 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     # 5. match every row, refit on all pairs (seeds forced and weighted); when the subset's answer was not
     # already unambiguous, match again (large N: re-rank the same candidates)
     t = time.perf_counter()
-    perm, dist, cand = _assign(A @ R, B, dense_max, candidates, candidate_dims, progress, force=(si, sj))
+    where = {"search": search, "device": device, "threads": threads}
+    with blas_threads(threads):
+        AR = A @ R
+    perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj), **where)
     ok = perm >= 0 if reject is None else cand["mutual_mask"]  # partial overlap: refit on confident pairs
     if ok.sum() >= 2:
+        with blas_threads(threads):
+            M = _cross_cov(A, B, perm, ok)  # in row blocks: no copy of the matched rows
         with blas_threads(1):
-            R = _procrustes_seeded(A[ok], B[perm[ok]], (A[si], B[sj], sw))
+            R = _procrustes_seeded(None, None, (A[si], B[sj], sw), M=M)
     if best["mutual"] < 0.98:
-        perm, dist, cand = _assign(A @ R, B, dense_max, candidates, candidate_dims, progress, force=(si, sj),
-                                   y_idx=cand["y_idx"] if n1 * n2 > dense_max else None)
+        with blas_threads(threads):
+            AR = A @ R
+        perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj),
+                                   y_idx=cand["y_idx"] if n1 * n2 > dense_max else None, **where)
     timings["assign_s"] = time.perf_counter() - t
 
     # unsupervised scores on all rows: mutual nearest neighbours, and the ratio test (nearest X of a Y row
@@ -281,13 +292,14 @@ def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded):
     return tried
 
 
-def _procrustes_seeded(A, B, seeded, m=None):
-    """Procrustes on matched rows plus the known pairs (each weighing ``w``), in the top m axes."""
+def _procrustes_seeded(A, B, seeded, m=None, M=None):
+    """Procrustes on matched rows plus the known pairs (each weighing ``w``), in the top m axes; ``M``: the
+    matched rows' A^T B when already summed (then A, B are not used)."""
     sa, sb, w = seeded
-    if not len(sa):
-        return _procrustes(A, B)
-    sa, sb = (sa, sb) if m is None else (sa[:, :m], sb[:, :m])
-    M = A.T @ B + w * (sa.T @ sb)
+    M = A.T @ B if M is None else M
+    if len(sa):
+        sa, sb = (sa, sb) if m is None else (sa[:, :m], sb[:, :m])
+        M = M + w * (sa.T @ sb)
     U, _, Vt = _svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
 

@@ -81,7 +81,7 @@ def pca(Xc: np.ndarray, d: int):
         V, var = V[:, order], w[order]
     V = np.ascontiguousarray(V, dtype=Xc.dtype)
     P = Xc @ V
-    skew = (P ** 3).mean(0)
+    skew = (P * P * P).mean(0)  # P ** 3 calls pow() per element: 100x slower
     V = V * np.where(skew < 0, -1.0, 1.0).astype(V.dtype)
     return V, np.maximum(np.asarray(var, dtype=np.float64), 0.0)
 

@@ -49,19 +49,57 @@ def make_problem(n: int, d: int, alpha: float = 1.0, noise: float = 0.05, seed: 
     return X.astype(np.float32), Y[order].astype(np.float32), true, Q
 
 
-def oracle(X, Y, true, Q, dense_max: int = 25_000_000) -> dict:
+def make_problem_chunked(n: int, d: int, alpha: float = 1.0, noise: float = 0.05, seed: int = 0,
+                         overlap: float = 1.0, chunk: int = 65536):
+    """:func:`make_problem`'s distribution synthesised in float32 blocks of ``chunk`` rows, for large n (memory:
+    X and Y, 8 n d bytes, plus one block; Y's rows are written in their shuffled order, so no copy). Not
+    the same draws as :func:`make_problem` for a given seed."""
+    rng = np.random.default_rng(seed)
+    lam = np.arange(1, d + 1, dtype=np.float64) ** -float(alpha)
+    with blas_threads(1):
+        basis = np.linalg.qr(rng.standard_normal((d, d)))[0]
+        Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    sq, b32, q32 = np.sqrt(lam).astype(np.float32), basis.astype(np.float32), Q.astype(np.float32)
+    sigma = np.float32(noise * np.sqrt(lam.mean()))
+    X = np.empty((n, d), np.float32)
+    for s in range(0, n, chunk):
+        X[s:s + chunk] = (rng.standard_normal((min(chunk, n - s), d), dtype=np.float32) * sq) @ b32
+    nc = int(round(overlap * n))
+    common = rng.permutation(n)[:nc] if nc < n else np.arange(n)
+    order = rng.permutation(n)  # row j of Y is source row order[j]: a copy of X[common[order[j]]] or new
+    Y = np.empty((n, d), np.float32)
+    for s in range(0, n, chunk):
+        src = order[s:s + chunk]
+        old = src < nc
+        rows = np.empty((len(src), d), np.float32)
+        rows[old] = X[common[src[old]]]
+        if not old.all():
+            rows[~old] = (rng.standard_normal((int((~old).sum()), d), dtype=np.float32) * sq) @ b32
+        Y[s:s + chunk] = rows @ q32 + sigma * rng.standard_normal((len(src), d), dtype=np.float32)
+    pos = np.empty(n, np.int64)
+    pos[order] = np.arange(n)
+    true = np.full(n, -1, np.int64)
+    true[common] = pos[:nc]
+    return X, Y, true, Q
+
+
+def oracle(X, Y, true, Q, dense_max: int = 25_000_000, sample: int | None = None, seed: int = 0) -> dict:
     """Accuracy with the true rotation: one-to-one assignment of X Q to Y (when N1 x N2 <= dense_max) and
-    each X Q row's nearest Y row."""
+    each X Q row's nearest Y row (on ``sample`` random rows of X when given: large N)."""
     from alignment.pairfree import _sqdist, knn
 
-    XQ = (X @ Q).astype(np.float32)
     ok = true >= 0
-    idx, _ = knn(XQ, Y, k=1)
-    out = {"nearest": round(float((idx[ok, 0] == true[ok]).mean()), 4)}
+    rows = np.flatnonzero(ok)
+    if sample is not None and sample < len(rows):
+        rows = np.sort(np.random.default_rng(seed).choice(rows, sample, replace=False))
+    idx, _ = knn((X[rows] @ Q).astype(np.float32), Y, k=1)
+    out = {"nearest": round(float((idx[:, 0] == true[rows]).mean()), 4)}
+    if sample is not None and sample < int(ok.sum()):
+        out["nearest_sample"] = int(len(rows))
     if len(X) * len(Y) <= dense_max:
         from scipy.optimize import linear_sum_assignment
 
-        r, c = linear_sum_assignment(_sqdist(XQ, Y).numpy())
+        r, c = linear_sum_assignment(_sqdist((X @ Q).astype(np.float32), Y).numpy())
         perm = np.full(len(X), -1)
         perm[r] = c
         out["assignment"] = round(float((perm[ok] == true[ok]).mean()), 4)
@@ -123,22 +161,42 @@ def _run_one(fn, X, Y, true, Q, seed, **kw):
     R = res.rotation.matrix() / res.rotation.scale
     return {"seconds": round(dt, 2), "accuracy": round(res.accuracy(true), 4), "mutual_rate": round(res.score, 4),
             "rotation_max_err": round(float(np.abs(R - Q).max()), 4), "peak_rss_mb": mem.mb,
+            "maxrss_mb": _maxrss_mb(), "load_avg_end": round(os.getloadavg()[0], 2),
             "stages": res.info.get("timings"), "auto": res.info.get("auto")}
+
+
+def _maxrss_mb() -> float:
+    """The process's resident-memory high-water mark so far (getrusage), in MB."""
+    import resource
+    import sys
+
+    r = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return round(r / 2 ** 20 if sys.platform == "darwin" else r / 1024, 1)
+
+
+# above this N the problem is synthesised in blocks (make_problem_chunked) and the oracle's nearest neighbour
+# is measured on a sample of rows (its exact search over all rows would cost more than the matcher)
+LARGE_N = 60_000
 
 
 def bench_matchers(n: int, d: int = 384, alpha: float = 1.0, noise: float = 0.05, seed: int = 0, gw: bool = True,
                    gw_max_n: int = 5000, gw_epsilon: float = 0.1, progress: bool = False, overlap: float = 1.0,
-                   baseline: str | None = None) -> dict:
-    """Time and exact-match accuracy of our matcher ("auto", the default), optionally a baseline version of
-    the matcher file, and POT's entropic GW on one synthetic problem, beside the oracle's accuracy."""
+                   baseline: str | None = None, baseline_max_n: int = 50_000, device=None) -> dict:
+    """Time, peak memory and exact-match accuracy of our matcher ("auto", the default), optionally a baseline
+    version of the matcher file (up to ``baseline_max_n``), and POT's entropic GW on one synthetic problem,
+    beside the oracle's accuracy. ``device``: torch device of our matcher's candidate search (e.g. "cuda")."""
     from alignment.pairfree import match
     from alignment.pairfree_baselines import match_gw
 
-    X, Y, true, Q = make_problem(n, d, alpha, noise, seed, overlap)
+    large = n > LARGE_N
+    X, Y, true, Q = (make_problem_chunked if large else make_problem)(n, d, alpha, noise, seed, overlap)
     row = {"n": n, "dim": d, "alpha": alpha, "noise": noise, "overlap": overlap, "seed": seed,
-           "load_avg": round(os.getloadavg()[0], 2), "oracle": oracle(X, Y, true, Q)}
-    row["ours"] = _run_one(match, X, Y, true, Q, seed, progress=progress)
-    if baseline:
+           "generator": "chunked" if large else "dense", "load_avg": round(os.getloadavg()[0], 2),
+           "oracle": oracle(X, Y, true, Q, sample=500 if large else None, seed=seed)}
+    row["ours"] = _run_one(match, X, Y, true, Q, seed, progress=progress, **({"device": device} if device else {}))
+    if baseline and n > baseline_max_n:
+        row["baseline"] = {"skipped": f"N={n} > baseline_max_n={baseline_max_n}", "file": baseline}
+    elif baseline:
         row["baseline"] = _run_one(_load_baseline(baseline).match_pairfree, X, Y, true, Q, seed)
         row["baseline"]["file"] = baseline
     if not gw:
@@ -185,7 +243,8 @@ def bench_procrustes(n: int = 50_000, d: int = 768, repeats: int = 3, seed: int 
 
 
 def run(ns=(1000, 5000), dim: int = 384, procrustes=(50_000, 768), gw: bool = True, gw_max_n: int = 5000,
-        seed: int = 0, progress: bool = False, noises=(0.05,), overlaps=(1.0,), baseline: str | None = None) -> dict:
+        seed: int = 0, progress: bool = False, noises=(0.05,), overlaps=(1.0,), baseline: str | None = None,
+        baseline_max_n: int = 50_000) -> dict:
     """The whole benchmark as one JSON-able dict."""
     import torch  # noqa: F401  imported up front so that no timed run pays for it
 
@@ -196,11 +255,31 @@ def run(ns=(1000, 5000), dim: int = 384, procrustes=(50_000, 768), gw: bool = Tr
         for ov in overlaps:
             for nz in noises:
                 out["matchers"].append(bench_matchers(n, dim, noise=nz, seed=seed, gw=gw, gw_max_n=gw_max_n,
-                                                      progress=progress, overlap=ov, baseline=baseline))
+                                                      progress=progress, overlap=ov, baseline=baseline,
+                                                      baseline_max_n=baseline_max_n))
+    out["scaling"] = scaling(out["matchers"])
     if procrustes:
         out["procrustes"] = bench_procrustes(*procrustes, seed=seed)
     if hasattr(os, "getloadavg"):
         out["machine"]["load_avg_end"] = list(np.round(os.getloadavg(), 2))
+    return out
+
+
+def scaling(rows) -> list:
+    """Per problem setting (noise, overlap) with two sizes or more: the growth of the per-point cost from the
+    smallest N >= 50,000 (else the smallest) to the largest, beside N log N's, log(N2) / log(N1)."""
+    out = []
+    for key in sorted({(r["noise"], r["overlap"]) for r in rows}):
+        rs = sorted((r for r in rows if (r["noise"], r["overlap"]) == key), key=lambda r: r["n"])
+        if len(rs) < 2:
+            continue
+        lo = next((r for r in rs if r["n"] >= 50_000 and r is not rs[-1]), rs[0])
+        hi = rs[-1]
+        ratio = (hi["ours"]["seconds"] / hi["n"]) / max(lo["ours"]["seconds"] / lo["n"], 1e-12)
+        nlogn = np.log(hi["n"]) / np.log(lo["n"])
+        out.append({"noise": key[0], "overlap": key[1], "n1": lo["n"], "n2": hi["n"],
+                    "per_point_ratio": round(float(ratio), 3), "nlogn_ratio": round(float(nlogn), 3),
+                    "within_nlogn": bool(ratio <= nlogn)})
     return out
 
 
@@ -212,10 +291,14 @@ def table(result: dict) -> str:
         g, o, b, orc = r["gw"], r["ours"], r.get("baseline"), r["oracle"]
         gacc = "skipped" if "skipped" in g else f"{g['accuracy']:.4f}"
         gs = "-" if "skipped" in g else f"{g['seconds']:.1f}"
-        bacc, bs = (f"{b['accuracy']:.4f}", f"{b['seconds']:.2f}") if b else ("-", "-")
+        bacc, bs = (f"{b['accuracy']:.4f}", f"{b['seconds']:.2f}") if b and "skipped" not in b else ("-", "-")
         lines.append(f"| {r['n']} | {r['dim']} | {r['noise']} | {r['overlap']} | {orc.get('assignment', '-')} / "
                      f"{orc['nearest']} | {o['accuracy']:.4f} | {o['seconds']:.2f} | {o['peak_rss_mb']:.0f} | {bacc} "
                      f"| {bs} | {gacc} | {gs} | {r['load_avg']} |")
+    for c in result.get("scaling", []):
+        lines.append(f"per-point cost (t/N) at N={c['n2']} over N={c['n1']} (noise {c['noise']}, overlap "
+                     f"{c['overlap']}): {c['per_point_ratio']:.3f}; N log N: log({c['n2']})/log({c['n1']}) = "
+                     f"{c['nlogn_ratio']:.3f}; grows no faster than N log N: {'yes' if c['within_nlogn'] else 'no'}")
     p = result.get("procrustes")
     if p:
         lines += ["", f"Procrustes {p['n']} x {p['dim']} ({p['dtype']}): ours {p['ours_s']:.3f} s, scipy "
@@ -238,11 +321,13 @@ def main(argv=None):
     ap.add_argument("--noise", type=float, action="append", help="noise x rms(X) (repeatable; default 0.05)")
     ap.add_argument("--overlap", type=float, action="append", help="fraction of Y rows with a partner (default 1)")
     ap.add_argument("--baseline", help="another alignment/pairfree.py to time in the same run")
+    ap.add_argument("--baseline-max-n", type=int, default=50_000, help="skip the baseline above this N")
     ap.add_argument("--json", action="store_true")
     a = ap.parse_args(argv)
     pr = None if a.procrustes == "none" else tuple(int(v) for v in a.procrustes.lower().split("x"))
     res = run(a.n or (1000, 5000), a.dim, pr, not a.no_gw, a.gw_max_n, a.seed, progress=not a.json,
-              noises=a.noise or (0.05,), overlaps=a.overlap or (1.0,), baseline=a.baseline)
+              noises=a.noise or (0.05,), overlaps=a.overlap or (1.0,), baseline=a.baseline,
+              baseline_max_n=a.baseline_max_n)
     print(json.dumps(res, indent=2) if a.json else table(res))
 
 
