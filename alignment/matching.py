@@ -53,7 +53,7 @@ class _Prep:
 
 
 # rows per block when preparing large clouds (centring, covariance, projection): memory O(chunk x D)
-PREP_CHUNK = 32768
+PREP_CHUNK = 8192
 
 
 def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> _Prep:
@@ -72,21 +72,31 @@ def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None,
 
 
 def _pca_side(X, d, normalize, rows_l2, chunk):
-    """One cloud centred, (row-normalised,) scaled to unit total variance and projected on its top d
+    """Long: three passes over the rows (mean, covariance, projection) and the small-N branch.
+
+    One cloud centred, (row-normalised,) scaled to unit total variance and projected on its top d
     principal axes, in blocks of ``chunk`` rows: the mean, then the covariance (float32 blocks summed in
     float64), then the projection. Returns (P (N, d) float32, var (d,), mean (D,) float64, V (D, d), scale).
-    Axis signs follow :func:`alignment.procrustes.pca` (positive skewness of the projections)."""
+    Axis signs follow :func:`alignment.procrustes.pca` (positive skewness of the projections). One block
+    buffer is reused: fresh blocks of tens of MB would be new pages (page faults) every time."""
     n, D = X.shape
     mean = np.zeros(D)
     for s in range(0, n, chunk):
         mean += X[s:s + chunk].sum(0, dtype=np.float64)
     mean /= n
-    m32 = mean.astype(np.float32) if X.dtype == np.float32 else mean
+    m = mean.astype(np.float32) if X.dtype == np.float32 else mean
+    buf = np.empty((min(chunk, n), D), np.float32)
 
     def block(s):  # centred float32 rows (unit length for rows_l2) and their norms before that
-        Z = (X[s:s + chunk] - m32).astype(np.float32, copy=False)
+        Z = buf[:min(chunk, n - s)]
+        if X.dtype == np.float32:
+            np.subtract(X[s:s + chunk], m, out=Z)
+        else:
+            Z[:] = X[s:s + chunk] - m
         r = np.linalg.norm(Z, axis=1, keepdims=True) if rows_l2 else None
-        return (Z / np.maximum(r, 1e-12) if rows_l2 else Z), r
+        if rows_l2:
+            Z /= np.maximum(r, 1e-12)
+        return Z, r
 
     C = np.zeros((D, D))
     rsum = 0.0
@@ -98,7 +108,7 @@ def _pca_side(X, d, normalize, rows_l2, chunk):
     if scale == 0:
         raise AlignmentError("X or Y has zero variance; nothing to match")
     if n < D:  # few rows: the thin SVD of the (small) centred cloud, as pca() does
-        Zs = np.concatenate([block(s)[0] for s in range(0, n, chunk)]) / np.float32(scale)
+        Zs = np.concatenate([block(s)[0].copy() for s in range(0, n, chunk)]) / np.float32(scale)
         V, var = pca(Zs, d)
         P = np.ascontiguousarray(Zs @ V)
     else:
@@ -106,14 +116,13 @@ def _pca_side(X, d, normalize, rows_l2, chunk):
             w, V = np.linalg.eigh(C / (scale * scale * max(n - 1, 1)))
         order = np.argsort(w)[::-1][:d]
         V, var = np.ascontiguousarray(V[:, order], dtype=np.float32), np.maximum(w[order], 0.0)
-        V /= np.float32(scale)  # fold the scale into the projection
+        Vs = V / np.float32(scale)  # the scale folded into the projection
         P = np.empty((n, d), np.float32)
         skew = np.zeros(d)
         for s in range(0, n, chunk):
-            P[s:s + chunk] = block(s)[0] @ V
             Ps = P[s:s + chunk]
+            np.matmul(block(s)[0], Vs, out=Ps)
             skew += (Ps * Ps * Ps).sum(0, dtype=np.float64)
-        V *= np.float32(scale)
         sign = np.where(skew < 0, -1.0, 1.0).astype(np.float32)
         V *= sign
         for s in range(0, n, chunk):
@@ -144,7 +153,7 @@ def _procrustes(A, B, w=None):
 def _cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
     """A[ok]^T B[perm[ok]] (d, d) summed in float64 over blocks of ``chunk`` rows (no N x d gather)."""
     M = np.zeros((A.shape[1], B.shape[1]))
-    for s in range(0, len(A), chunk):
+    for s in range(0, len(A), chunk):  # blocks of a few MB: reused memory, not fresh pages
         o = ok[s:s + chunk]
         M += A[s:s + chunk][o].T @ B[perm[s:s + chunk][o]]
     return M

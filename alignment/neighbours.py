@@ -27,8 +27,10 @@ def _mutual(Bq, Ar):
     """Mutual nearest neighbours between query rows Bq (n, m) and reference rows Ar (r, m).
 
     Returns (qi, ri, d2) of the mutual pairs and the fraction of queries that are mutual."""
-    G = Bq @ Ar.T  # (n, r)
-    D = _sqnorm(Bq)[:, None] + _sqnorm(Ar)[None, :] - 2 * G
+    D = Bq @ Ar.T  # (n, r), turned in place into squared distances
+    D *= -2.0
+    D += _sqnorm(Bq)[:, None]
+    D += _sqnorm(Ar)[None, :]
     f = D.argmin(1)  # query -> reference
     b = D.argmin(0)  # reference -> query
     qi = np.flatnonzero(b[f] == np.arange(len(Bq)))
@@ -127,7 +129,7 @@ def _candidates(Q, K, c, search, device, progress, threads=None):
         return knn(Q, K, k=c, progress=progress, desc="candidates", device=device)
 
 
-def greedy_matching(rows, cols, w, perm, used, dist=None, rounds: int = 50, tail: int = 20_000):
+def greedy_matching(rows, cols, w, perm, used, dist=None, rounds: int = 50, tail: int = 1000):
     """Greedy one-to-one matching over weighted edges (row ``rows[e]`` of Y, row ``cols[e]`` of X, weight
     ``w[e]``), lightest first, filling ``perm`` (X -> Y, -1 free), ``used`` (Y taken) and ``dist`` in place.
 

@@ -25,8 +25,9 @@ def default_cells(nk: int) -> int:
     return int(max(1, min(nk // 16, round(2 * math.sqrt(nk)))))
 
 
-def _nearest_centroids(Z, C, p: int, chunk: int = 8192):
-    """Indices (n, p) of the p nearest rows of C (c, m) to each row of Z (n, m), nearest first."""
+def _nearest_centroids(Z, C, p: int, chunk: int = 2048):
+    """Indices (n, p) of the p nearest rows of C (c, m) to each row of Z (n, m), nearest first. Blocks of
+    ``chunk`` x c floats (under glibc's 32 MB mmap threshold for a few thousand cells, so reused)."""
     import torch
 
     cn = (C * C).sum(1)[None, :]

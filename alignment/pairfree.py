@@ -248,12 +248,15 @@ def _sign_search(Ar, Bq):
         raise AlignmentError(f"sign_axes={k}: the exhaustive sign search (2^{k} patterns) is too large; use <= 12")
     patterns = np.array(list(itertools.product((1.0, -1.0), repeat=k)), np.float32)
     an = _sqnorm(Ar)[None, :]
-    bn = _sqnorm(Bq)[:, None]
+    bn = _sqnorm(Bq)
     half = max(1, len(Bq) // 2)
     scores = np.empty(len(patterns))
-    for p, sgn in enumerate(patterns):
-        D = bn + an - 2.0 * ((Bq * sgn) @ Ar.T)  # (q, r)
-        scores[p] = np.partition(D.min(1), half - 1)[:half].mean()
+    last = len(patterns) - 1
+    for p in range(len(patterns) // 2):  # pattern last - p is pattern p negated: its products are -G
+        G2 = -2.0 * ((Bq * patterns[p]) @ Ar.T)  # (q, r)
+        for q, D in ((p, an + G2), (last - p, an - G2)):  # squared distances less |Bq|^2, added after the min
+            d = D.min(1) + bn
+            scores[q] = np.partition(d, half - 1)[:half].mean()
     return patterns, scores
 
 
