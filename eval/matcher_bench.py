@@ -142,9 +142,16 @@ def _rss() -> int:
 
 def _load_baseline(path):
     """Another version of alignment/pairfree.py (e.g. main's, via ``git show main:alignment/pairfree.py``)
-    loaded as a module, to time today's code path in the same run."""
+    loaded as a module, to time today's code path in the same run. The folder above the file's folder goes
+    on sys.path, so a renamed copy of the whole package (``/tmp/m/alignment_main/pairfree.py`` importing
+    ``alignment_main.matching`` ...) brings its own helpers rather than today's."""
     import importlib.util
     import sys
+    from pathlib import Path
+
+    root = str(Path(path).resolve().parents[1])
+    if root not in sys.path:
+        sys.path.append(root)
 
     spec = importlib.util.spec_from_file_location("matcher_baseline", path)
     mod = importlib.util.module_from_spec(spec)
