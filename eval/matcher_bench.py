@@ -256,7 +256,7 @@ def run(ns=(1000, 5000), dim: int = 384, procrustes=(50_000, 768), gw: bool = Tr
     import torch  # noqa: F401  imported up front so that no timed run pays for it
 
     out = {"machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
-                       "load_avg": list(np.round(os.getloadavg(), 2)) if hasattr(os, "getloadavg") else None},
+                       "load_avg": [round(float(v), 2) for v in os.getloadavg()] if hasattr(os, "getloadavg") else None},
            "created": time.strftime("%Y-%m-%dT%H:%M:%S"), "matchers": [], "procrustes": None}
     for n in ns:
         for ov in overlaps:
@@ -268,7 +268,7 @@ def run(ns=(1000, 5000), dim: int = 384, procrustes=(50_000, 768), gw: bool = Tr
     if procrustes:
         out["procrustes"] = bench_procrustes(*procrustes, seed=seed)
     if hasattr(os, "getloadavg"):
-        out["machine"]["load_avg_end"] = list(np.round(os.getloadavg(), 2))
+        out["machine"]["load_avg_end"] = [round(float(v), 2) for v in os.getloadavg()]
     return out
 
 
