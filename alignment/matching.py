@@ -157,3 +157,25 @@ def _cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
         o = ok[s:s + chunk]
         M += A[s:s + chunk][o].T @ B[perm[s:s + chunk][o]]
     return M
+
+
+def check_seeds(seeds, n1: int, n2: int):
+    """Validate known pairs [(i, j), ...]: integer rows inside X (n1 rows) and Y (n2 rows), each row once.
+    Returns two int64 arrays (empty when ``seeds`` is None or empty)."""
+    if seeds is None or len(seeds) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    try:
+        S = np.asarray(seeds)
+        ok = S.ndim == 2 and S.shape[1] == 2 and np.issubdtype(S.dtype, np.integer)
+    except Exception:
+        ok = False
+    if not ok:
+        raise AlignmentError("seeds must be a list of integer (x_row, y_row) pairs, e.g. [(0, 12), (5, 3)]")
+    for c, (n, side) in enumerate(((n1, "X"), (n2, "Y"))):
+        bad = np.flatnonzero((S[:, c] < 0) | (S[:, c] >= n))
+        if len(bad):
+            raise AlignmentError(f"seed pair {bad[0]} {tuple(int(v) for v in S[bad[0]])} names row "
+                                 f"{int(S[bad[0], c])} of {side}, which has {n} rows (valid: 0..{n - 1})")
+        if len(np.unique(S[:, c])) != len(S):
+            raise AlignmentError(f"seeds name a row of {side} twice; a seed pair is one-to-one")
+    return S[:, 0].astype(np.int64), S[:, 1].astype(np.int64)

@@ -50,12 +50,13 @@ import numpy as np
 from alignment._checks import blas_threads, work_threads
 from alignment.errors import AlignmentError
 from alignment.matching import MatchResult, _cross_cov, _Prep, _prepare, _procrustes, _rotation_from  # noqa: F401
+from alignment.matching import check_seeds  # noqa: F401  (re-exported: it used to live here)
 from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqdist, _sqnorm, knn  # noqa: F401
 from alignment.procrustes import _svd
 
 # "auto" accepts the PCA/ICP answer outright when at least this fraction of rows (of the smaller side) are
-# mutual nearest neighbours under its rotation; below, it also runs "wp" and keeps whichever rotation has the
-# lower residual (:func:`residual`), so it is never worse than its better candidate by that score
+# mutual nearest neighbours under its rotation (the cheap path's own check); below, it runs the Rosetta-style
+# matcher started from ours' answer and keeps the best held-out score (``alignment.rosetta``)
 AUTO_TRUST_MUTUAL = 0.5
 
 
@@ -80,8 +81,11 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
     "ours" (:func:`match_pairfree`, near-isomorphic clouds, scales to large N), "wp" (:func:`match_wp`,
     loosely isomorphic clouds such as two real encoders), "gw" (:func:`match_gw`, POT baseline), or "auto":
     run "ours"; when fewer than ``AUTO_TRUST_MUTUAL`` of the rows are mutual nearest neighbours under its
-    rotation, also run "wp" and keep the rotation with the lower :func:`residual` (``info["auto"]`` records
-    both scores and the choice). ``seeds=[(i, j), ...]`` (row i of X is known to match row j of Y) and
+    rotation, also run "rosetta" (:func:`alignment.rosetta.match_rosetta`, cluster-QAP starts and CSLS
+    self-learning) with ours' assignment as one of its starts; it returns whichever of its iterates and
+    starts has the best held-out score (:func:`alignment.rosetta.heldout_score`), so auto is never worse than
+    "ours" by that score (``info["auto"]`` records the scores and the choice). "rosetta" is also callable
+    by name. ``seeds=[(i, j), ...]`` (row i of X is known to match row j of Y) and
     ``seed_weight`` go to "ours". Keyword arguments go to the chosen matcher (for "auto": ``dim``, ``seed``,
     ``progress`` and the metadata go to both).
     """
@@ -90,17 +94,21 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
         if first.score >= AUTO_TRUST_MUTUAL:
             first.info["auto"] = {"chosen": "ours", "ours_mutual": round(first.score, 4), "ran": ["ours"]}
             return first
-        from alignment.pairfree_baselines import match_wp
+        from alignment.rosetta import match_rosetta
 
-        shared = {k: v for k, v in kw.items() if k not in _OURS_ONLY}
-        if shared.get("dim") is None:  # wp's own default (32): its search does not scale to hundreds of axes
-            shared.pop("dim", None)
-        second = match_wp(X, Y, **shared)
-        r1, r2 = residual(first.rotation, X, Y), residual(second.rotation, X, Y)
-        best = first if r1 <= r2 else second
-        best.info["auto"] = {"chosen": "ours" if best is first else "wp", "ours_mutual": round(first.score, 4),
-                             "residual": {"ours": round(r1, 5), "wp": round(r2, 5)}, "ran": ["ours", "wp"]}
+        shared = {k: v for k, v in kw.items() if k not in _OURS_ONLY or k in _SHARED}
+        second = match_rosetta(X, Y, init=[first.perm], **shared)
+        chosen = "ours" if second.info["runs"][0]["start"] == "init0" and second.info["runs"][0]["score"] == \
+            second.info["runs"][0]["start_score"] else "rosetta"
+        best = first if chosen == "ours" else second
+        best.info["auto"] = {"chosen": chosen, "ours_mutual": round(first.score, 4), "ran": ["ours", "rosetta"],
+                             "heldout_score": {"ours": second.info["starts_by_name"].get("init0"),
+                                               "rosetta": round(second.score, 4)}}
         return best
+    if method == "rosetta":
+        from alignment.rosetta import match_rosetta
+
+        return match_rosetta(X, Y, **kw)
     if method in ("ours", "pairfree", "pca-icp"):
         return match_pairfree(X, Y, **kw)
     from alignment.pairfree_baselines import match_gw, match_wp
@@ -109,9 +117,10 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
         return match_wp(X, Y, **kw)
     if method in ("gw", "entropic-gw"):
         return match_gw(X, Y, **kw)
-    raise AlignmentError(f"unknown pair-free method {method!r}; use 'auto', 'ours', 'wp' or 'gw'")
+    raise AlignmentError(f"unknown pair-free method {method!r}; use 'auto', 'ours', 'rosetta', 'wp' or 'gw'")
 
 
+_SHARED = ("seeds", "seed_weight", "dense_max", "normalize")  # go to both "ours" and "rosetta"
 _OURS_ONLY = {"sign_axes", "restarts", "subset", "iters", "reject", "candidates", "candidate_dims", "normalize",
               "fit_scale", "seeds", "seed_weight", "dense_max", "search", "device"}
 
@@ -305,28 +314,6 @@ def _procrustes_seeded(A, B, seeded, m=None, M=None):
         M = M + w * (sa.T @ sb)
     U, _, Vt = _svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
-
-
-def check_seeds(seeds, n1: int, n2: int):
-    """Validate known pairs [(i, j), ...]: integer rows inside X (n1 rows) and Y (n2 rows), each row once.
-    Returns two int64 arrays (empty when ``seeds`` is None or empty)."""
-    if seeds is None or len(seeds) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    try:
-        S = np.asarray(seeds)
-        ok = S.ndim == 2 and S.shape[1] == 2 and np.issubdtype(S.dtype, np.integer)
-    except Exception:
-        ok = False
-    if not ok:
-        raise AlignmentError("seeds must be a list of integer (x_row, y_row) pairs, e.g. [(0, 12), (5, 3)]")
-    for c, (n, side) in enumerate(((n1, "X"), (n2, "Y"))):
-        bad = np.flatnonzero((S[:, c] < 0) | (S[:, c] >= n))
-        if len(bad):
-            raise AlignmentError(f"seed pair {bad[0]} {tuple(int(v) for v in S[bad[0]])} names row "
-                                 f"{int(S[bad[0], c])} of {side}, which has {n} rows (valid: 0..{n - 1})")
-        if len(np.unique(S[:, c])) != len(S):
-            raise AlignmentError(f"seeds name a row of {side} twice; a seed pair is one-to-one")
-    return S[:, 0].astype(np.int64), S[:, 1].astype(np.int64)
 
 
 def __getattr__(name):  # the baselines live in their own module; old imports keep working

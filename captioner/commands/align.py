@@ -142,10 +142,11 @@ class _CacheSource:
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
               help="Unpaired methods: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
-@click.option("--matcher", type=click.Choice(["auto", "ours", "wp", "gw"]), default="auto", show_default=True,
-              help="pairfree: PCA sign search + ICP (ours), coarse-to-fine Wasserstein-Procrustes (wp; for "
-                   "loosely isomorphic real encoders), POT's entropic Gromov-Wasserstein (gw), or auto (the "
-                   "matcher's own choice between them).")
+@click.option("--matcher", type=click.Choice(["auto", "ours", "rosetta", "wp", "gw"]), default="auto",
+              show_default=True,
+              help="pairfree: PCA sign search + ICP (ours), cluster-QAP starts + CSLS self-learning (rosetta; "
+                   "noisy or partly overlapping clouds), coarse-to-fine Wasserstein-Procrustes (wp), POT's "
+                   "entropic Gromov-Wasserstein (gw), or auto (ours, and rosetta when ours' check fails).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, seed,

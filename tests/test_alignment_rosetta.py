@@ -1,0 +1,82 @@
+"""The Rosetta-style matcher (cluster-QAP starts + CSLS self-learning) and auto's choice by held-out score."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from alignment.errors import AlignmentError
+from alignment.matching import _prepare
+from alignment.pairfree import match, match_pairfree
+from alignment.rosetta import _kmeans, cluster_starts, heldout_score, match_rosetta
+from eval.matcher_bench import make_problem
+
+
+@pytest.fixture(scope="module")
+def noisy_partial():
+    # noise 0.7 x rms, half of Y's rows new points: the cheap matcher stops at 81% here (oracle 96%)
+    return make_problem(600, 32, noise=0.7, overlap=0.5, seed=0)
+
+
+def test_rosetta_recovers_what_the_cheap_matcher_misses(noisy_partial, monkeypatch):
+    X, Y, true, _ = noisy_partial
+    cheap = match_pairfree(X, Y)
+    assert cheap.accuracy(true) < 0.85
+    # here the cheap path's own check (mutual 0.56 >= 0.5) does not notice; force auto past it
+    import alignment.pairfree as pf
+
+    monkeypatch.setattr(pf, "AUTO_TRUST_MUTUAL", 0.6)
+    res = match(X, Y)  # method="auto"
+    a = res.info["auto"]
+    assert a["ran"] == ["ours", "rosetta"] and a["chosen"] == "rosetta"
+    assert res.accuracy(true) >= 0.93
+    assert a["heldout_score"]["rosetta"] > a["heldout_score"]["ours"]
+
+
+def test_heldout_score_prefers_the_true_assignment(noisy_partial):
+    X, Y, true, _ = noisy_partial
+    prep = _prepare(X, Y, None)
+    rng = np.random.default_rng(0)
+    wrong = rng.permutation(len(Y))
+    assert heldout_score(prep.A, prep.B, true) > heldout_score(prep.A, prep.B, wrong) + 0.2
+
+
+def test_kmeans_and_cluster_starts_on_separated_blobs():
+    rng = np.random.default_rng(1)
+    centres = rng.standard_normal((4, 3)) * 10
+    Z = (centres[np.arange(200) % 4] + 0.1 * rng.standard_normal((200, 3))).astype(np.float32)
+    lab, C = _kmeans(Z, 4, rng)
+    assert len(set(zip(lab, np.arange(200) % 4))) == 4  # each blob one cluster
+    Q = np.linalg.qr(rng.standard_normal((3, 3)))[0].astype(np.float32)
+    (R,) = cluster_starts(Z, Z @ Q, clusters=4, cluster_dims=3, restarts=1, bootstrap=1.0)
+    assert np.abs(R - Q).max() < 0.05
+
+
+def test_seeds_are_kept(noisy_partial):
+    X, Y, true, _ = noisy_partial
+    pairs = [(int(i), int(true[i])) for i in np.flatnonzero(true >= 0)[:5]]
+    res = match_rosetta(X, Y, seeds=pairs, iters=3, restarts=1)
+    assert all(res.perm[i] == j for i, j in pairs)
+
+
+@pytest.mark.parametrize("kw, msg", [
+    ({"clusters": 50}, "clusters=50 must be between 2"),
+    ({"seeds": [(0, 99)]}, "names row 99 of Y"),
+    ({"init": [np.zeros(5, np.int64)]}, "init assignment 0 has shape"),
+])
+def test_bad_arguments_fail_in_one_line(kw, msg):
+    X, Y, _, _ = make_problem(30, 6, seed=2)
+    with pytest.raises(AlignmentError, match=msg) as e:
+        match_rosetta(X, Y, **kw)
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("edit, msg", [("nan", "contain NaN"), ("same", "all 30 rows are identical")])
+def test_bad_clouds_fail_in_one_line(edit, msg):
+    X, Y, _, _ = make_problem(30, 6, seed=2)
+    if edit == "nan":
+        Y[3, 1] = np.nan
+    else:
+        Y[:] = Y[0]
+    with pytest.raises(AlignmentError, match=msg) as e:
+        match(X, Y, method="rosetta")
+    assert "\n" not in str(e.value)
