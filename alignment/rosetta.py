@@ -125,10 +125,12 @@ def heldout_score(A, B, perm, k: int = 10, sample: int = 4000, seed: int = 0) ->
     return _mutual_csls_rate(Q, B[ys], rows, k)
 
 
-def _refine(A, B, R, seeded, iters, q_start, q_end, keep_start, csls_k, dense_max, rng, progress=False):
+def _refine(A, B, R, seeded, iters, q_start, q_end, keep_start, csls_k, dense_max, rng, progress=False,
+            patience: int = 4):
     """Long: the self-learning loop of the module doc, step 3; returns (best R, its perm, its score, history).
 
-    ``seeded`` = (x rows, y rows, weight) of the known pairs."""
+    ``seeded`` = (x rows, y rows, weight) of the known pairs; the loop stops when ``patience`` held-out
+    checks (every third round) in a row found nothing better."""
     si, sj, sw = seeded
     best = (None, None, -1.0)
     hist = []
@@ -141,6 +143,8 @@ def _refine(A, B, R, seeded, iters, q_start, q_end, keep_start, csls_k, dense_ma
             hist.append((it, round(s, 4)))
             if s > best[2]:
                 best = (R, perm, s)
+            elif len(hist) - 1 - max(range(len(hist)), key=lambda h: hist[h][1]) >= patience:
+                break  # no better held-out score in ``patience`` checks: this start's basin is exhausted
         if prev is not None and (perm == prev).mean() > 0.999 and t > 0.5:
             break
         prev = perm
