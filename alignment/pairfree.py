@@ -49,8 +49,15 @@ import numpy as np
 
 from alignment._checks import blas_threads, work_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _cross_cov, _Prep, _prepare, _procrustes, _rotation_from  # noqa: F401
-from alignment.matching import check_seeds  # noqa: F401  (re-exported: it used to live here)
+from alignment.matching import (  # noqa: F401
+    MatchResult,
+    _cross_cov,
+    _Prep,
+    _prepare,
+    _procrustes,
+    _rotation_from,
+    check_seeds,  # noqa: F401  (re-exported: it used to live here)
+)
 from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqdist, _sqnorm, knn  # noqa: F401
 from alignment.procrustes import _svd
 
