@@ -69,6 +69,9 @@ def main(argv=None):
         sys.exit(e.exit_code)
     except CaptionerError as e:
         click.echo(f"error: {e}", err=True)
+        from captioner.distributed import exit_launched
+
+        exit_launched(2)
         sys.exit(2)
 
 

@@ -16,6 +16,7 @@ import contextlib
 import hashlib
 import json
 import os
+import sys
 
 from captioner.errors import CaptionerError
 
@@ -97,6 +98,22 @@ def install_stop_handler() -> None:
 
     if world_size() > 1 and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def exit_launched(code: int) -> None:
+    """In a process of a launch whose process group is up, end now with ``code`` (streams flushed) without
+    running the interpreter's teardown: when the other processes have already gone, destroying the process
+    group can abort this one (SIGABRT, exit -6, seen when every process stopped on the same error) instead
+    of ending with the one-line message it already printed. Returns in a single process."""
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or world_size() <= 1 or not (dist.is_available() and dist.is_initialized()):
+        return
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
 
 
 def _digest(fields: dict) -> str:
