@@ -77,13 +77,40 @@ def blas_threads(n: int = 1):
     threads, and on a busy machine OpenBLAS's spinning threads make them 10-100x slower; so we run them
     on one thread. No-op without threadpoolctl (a scikit-learn dependency)."""
     try:
-        from threadpoolctl import threadpool_limits
-
-        return threadpool_limits(limits=n, user_api="blas")
+        return _controller().limit(limits=n, user_api="blas")
     except ImportError:
         import contextlib
 
         return contextlib.nullcontext()
+
+
+_CONTROLLER: list = [None, -1]  # threadpoolctl's controller and len(sys.modules) when it listed the libraries
+
+
+def _controller():
+    """One ThreadpoolController, listed again when modules were imported since (a new extension may bring
+    its own BLAS): listing the loaded libraries costs about 0.6 ms, a matcher call sets limits ~9 times."""
+    import sys
+
+    from threadpoolctl import ThreadpoolController
+
+    if _CONTROLLER[0] is None or _CONTROLLER[1] != len(sys.modules):
+        _CONTROLLER[0] = ThreadpoolController()
+        _CONTROLLER[1] = len(sys.modules)
+    return _CONTROLLER[0]
+
+
+def in_parallel(fns, threads: int):
+    """Call the functions ``fns`` (no arguments) and return their results in order: in up to ``threads``
+    Python threads when ``threads`` >= 2 (numpy and LAPACK release the GIL in large operations), else one
+    after the other. For independent pieces of work that each run best on one BLAS thread."""
+    fns = list(fns)
+    if threads < 2 or len(fns) < 2:
+        return [f() for f in fns]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(min(threads, len(fns))) as ex:
+        return [f.result() for f in [ex.submit(fn) for fn in fns]]
 
 
 class torch_threads:
@@ -111,7 +138,9 @@ def work_threads() -> int:
     """Threads for large products now: every core when no other process is runnable, else one less per
     runnable process (at least one). On a shared machine OpenBLAS / OpenMP threads that must wait for a
     descheduled partner run 2-10x slower than one thread (measured in docs/results/matcher.md); so the
-    count follows the CPU share actually free (the run queue of /proc/loadavg, sampled a few times)."""
+    count follows the CPU share actually free (the run queue of /proc/loadavg, sampled a few times). This
+    process's own runnable threads are not others: BLAS / OpenMP workers still spinning after the last
+    product (they yield as soon as there is new work) used to read as load and halve the count."""
     import os
     import time
 
@@ -120,8 +149,23 @@ def work_threads() -> int:
         others = []
         for _ in range(3):
             with open("/proc/loadavg") as f:
-                others.append(int(f.read().split()[3].split("/")[0]) - 1)  # runnable now, less this thread
+                runnable = int(f.read().split()[3].split("/")[0])
+            others.append(runnable - max(1, _own_runnable()))  # less this process's threads (this one too)
             time.sleep(0.001)
         return max(1, min(cpus, cpus - min(others)))
     except (OSError, ValueError, IndexError):
         return cpus
+
+
+def _own_runnable() -> int:
+    """How many of this process's threads are runnable now (state R in /proc/self/task/*/stat)."""
+    import os
+
+    n = 0
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/stat") as f:
+                n += f.read().rpartition(")")[2].split()[0] == "R"
+        except OSError:  # the thread ended meanwhile
+            pass
+    return n

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from alignment._checks import as_matrix, blas_threads, work_threads
+from alignment._checks import as_matrix, blas_threads, in_parallel, work_threads
 from alignment.errors import AlignmentError
 from alignment.procrustes import Rotation, _svd, pca
 
@@ -54,6 +54,8 @@ class _Prep:
 
 # rows per block when preparing large clouds (centring, covariance, projection): memory O(chunk x D)
 PREP_CHUNK = 8192
+# up to this many values per side (N x D), _prepare works the two sides in parallel when two cores are free
+SPLIT_SIDES_MAX = 20_000_000
 
 
 def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> _Prep:
@@ -65,9 +67,14 @@ def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None,
     if d < 1 or d > min(D1, D2):
         raise AlignmentError(f"dim={dim} must be between 1 and min(D1, D2) = {min(D1, D2)}")
     d = min(d, n1 - 1, n2 - 1)
-    with blas_threads(threads or work_threads()):
-        A, va, mx, Vx, sx = _pca_side(X, d, normalize, rows_l2, chunk or PREP_CHUNK)
-        B, vb, my, Vy, sy = _pca_side(Y, d, normalize, rows_l2, chunk or PREP_CHUNK)
+    threads = threads or work_threads()
+    # two free cores and small sides: each side on its own thread (one BLAS thread each), which also
+    # overlaps the two eigh calls that do not gain from threads; large sides: one after the other, all threads
+    split = threads >= 2 and max(n1 * D1, n2 * D2) <= SPLIT_SIDES_MAX
+    with blas_threads(1 if split else threads):
+        (A, va, mx, Vx, sx), (B, vb, my, Vy, sy) = in_parallel(
+            [lambda Z=Z: _pca_side(Z, d, normalize, rows_l2, chunk or PREP_CHUNK) for Z in (X, Y)],
+            2 if split else 1)
     return _Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
 
 

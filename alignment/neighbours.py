@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from alignment._checks import blas_threads, in_parallel
 from alignment.nnsearch import knn  # noqa: F401  (re-exported: the matchers import it from here)
 
 
@@ -23,18 +24,59 @@ def _sqdist(Q, K):
     return D.clamp_min_(0)
 
 
-def _mutual(Bq, Ar):
-    """Mutual nearest neighbours between query rows Bq (n, m) and reference rows Ar (r, m).
+def _mutual(Bq, Ar, threads: int = 1):
+    """Mutual nearest neighbours between query rows Bq (n, m) and reference rows Ar (r, m). With ``threads``
+    >= 2 the rows (then the columns, for the reverse neighbours) are split between Python threads, each on
+    one BLAS thread: the same arithmetic, and no OpenBLAS workers left spinning on a core afterwards.
 
     Returns (qi, ri, d2) of the mutual pairs and the fraction of queries that are mutual."""
-    D = Bq @ Ar.T  # (n, r), turned in place into squared distances
-    D *= -2.0
-    D += _sqnorm(Bq)[:, None]
-    D += _sqnorm(Ar)[None, :]
-    f = D.argmin(1)  # query -> reference
-    b = D.argmin(0)  # reference -> query
-    qi = np.flatnonzero(b[f] == np.arange(len(Bq)))
-    return qi, f[qi], np.maximum(D[qi, f[qi]], 0), len(qi) / max(len(Bq), 1)
+    n, r = len(Bq), len(Ar)
+    D = np.empty((n, r), np.result_type(Bq.dtype, Ar.dtype))  # turned in place into squared distances
+    bn, an = _sqnorm(Bq), _sqnorm(Ar)
+    rows = np.array_split(np.arange(n), max(1, threads))
+    cols = np.array_split(np.arange(r), max(1, threads))
+
+    def fwd(q):  # query -> reference
+        s, e = (int(q[0]), int(q[-1]) + 1) if len(q) else (0, 0)
+        Ds = D[s:e]
+        np.matmul(Bq[s:e], Ar.T, out=Ds)
+        Ds *= -2.0
+        Ds += bn[s:e, None]
+        Ds += an[None, :]
+        return Ds.argmin(1)
+
+    def rev(c):  # reference -> query
+        return D[:, int(c[0]):int(c[-1]) + 1].argmin(0) if len(c) else np.empty(0, np.int64)
+
+    with _one_blas_thread(threads):
+        f = np.concatenate(in_parallel([lambda q=q: fwd(q) for q in rows], threads))
+    b = np.concatenate(in_parallel([lambda c=c: rev(c) for c in cols], threads))
+    qi = np.flatnonzero(b[f] == np.arange(n))
+    return qi, f[qi], np.maximum(D[qi, f[qi]], 0), len(qi) / max(n, 1)
+
+
+def matmul_rows(A, B, threads: int = 1):
+    """A @ B with the rows of A split between ``threads`` Python threads, each on one BLAS thread (no
+    OpenBLAS workers left spinning afterwards: they would hold a core and slow a threaded torch search that
+    follows); one thread: a plain product under the current BLAS setting."""
+    if threads < 2:
+        return A @ B
+    out = np.empty((A.shape[0], B.shape[1]), np.result_type(A.dtype, B.dtype))
+
+    def part(q):
+        if len(q):
+            np.matmul(A[int(q[0]):int(q[-1]) + 1], B, out=out[int(q[0]):int(q[-1]) + 1])
+
+    with blas_threads(1):
+        in_parallel([lambda q=q: part(q) for q in np.array_split(np.arange(A.shape[0]), threads)], threads)
+    return out
+
+
+def _one_blas_thread(threads):
+    """One BLAS thread per Python thread when the work is split between several; else as it is."""
+    import contextlib
+
+    return blas_threads(1) if threads >= 2 else contextlib.nullcontext()
 
 
 # Candidate search for the sparse assignment: exact below this many Y x X pairs (N1 x N2), the IVF of

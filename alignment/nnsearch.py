@@ -164,9 +164,10 @@ def knn(Q, K, k: int = 1, chunk: int = 1024, progress: bool = False, desc: str =
         from tqdm.auto import tqdm
 
         it = tqdm(it, desc=desc, unit="chunk", leave=False)
+    buf = torch.empty((min(chunk, Q.shape[0]), Kt.shape[0]), device=Kt.device)  # reused: no fresh pages
     for s in it:
         q = tensor(Q[s:s + chunk]).to(Kt.device)
-        D = torch.addmm(kn, q, Kt.T, alpha=-2.0)  # (c, Nk) = |k|^2 - 2 q.k; |q|^2 added below
+        D = torch.addmm(kn, q, Kt.T, alpha=-2.0, out=buf[:len(q)])  # (c, Nk) = |k|^2 - 2 q.k; |q|^2 below
         v, j = torch.topk(D, k, dim=1, largest=False, sorted=True)
         idx[s:s + len(q)] = j.cpu().numpy()
         d2[s:s + len(q)] = (v + (q * q).sum(1, keepdim=True)).clamp_min_(0).cpu().numpy()

@@ -47,7 +47,7 @@ import time
 
 import numpy as np
 
-from alignment._checks import blas_threads, work_threads
+from alignment._checks import blas_threads, in_parallel, work_threads
 from alignment.errors import AlignmentError
 from alignment.matching import (  # noqa: F401
     MatchResult,
@@ -58,7 +58,15 @@ from alignment.matching import (  # noqa: F401
     _rotation_from,
     check_seeds,  # noqa: F401  (re-exported: it used to live here)
 )
-from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqdist, _sqnorm, knn  # noqa: F401
+from alignment.neighbours import (  # noqa: F401
+    _assign,
+    _mutual,
+    _mutual_and_coupling,
+    _sqdist,
+    _sqnorm,
+    knn,
+    matmul_rows,
+)
 from alignment.procrustes import _svd
 
 # "auto" accepts the PCA/ICP answer outright when at least this fraction of rows (of the smaller side) are
@@ -195,10 +203,11 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     t = time.perf_counter()
     with blas_threads(1):
         # a few hundred queries rank the patterns; their partners sit among the largest norms of X
-        patterns, scores = _sign_search(Aw[xs[: min(nx_sub, 1536)]], Bw[ys[: min(ny_sub, 384)]])
+        patterns, scores = _sign_search(Aw[xs[: min(nx_sub, 1536)]], Bw[ys[: min(ny_sub, 384)]], threads)
         timings["sign_search_s"] = time.perf_counter() - t
         t = time.perf_counter()
-        tried = _refine(A[xs], B[ys], Aw[xs], Bw[ys], patterns, scores, restarts, iters, (A[si], B[sj], sw))
+        tried = _refine(A[xs], B[ys], Aw[xs], Bw[ys], patterns, scores, restarts, iters, (A[si], B[sj], sw),
+                        threads)
     best = max(tried, key=lambda r: r["mutual"])
     R = best["R"]
     timings["refine_s"] = time.perf_counter() - t
@@ -207,8 +216,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     # already unambiguous, match again (large N: re-rank the same candidates)
     t = time.perf_counter()
     where = {"search": search, "device": device, "threads": threads}
-    with blas_threads(threads):
-        AR = A @ R
+    AR = matmul_rows(A, R, threads)
     perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj), **where)
     ok = perm >= 0 if reject is None else cand["mutual_mask"]  # partial overlap: refit on confident pairs
     if ok.sum() >= 2:
@@ -217,8 +225,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
         with blas_threads(1):
             R = _procrustes_seeded(None, None, (A[si], B[sj], sw), M=M)
     if best["mutual"] < 0.98:
-        with blas_threads(threads):
-            AR = A @ R
+        AR = matmul_rows(A, R, threads)
         perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj),
                                    y_idx=cand["y_idx"] if n1 * n2 > dense_max else None, **where)
     timings["assign_s"] = time.perf_counter() - t
@@ -254,9 +261,10 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     return MatchResult(rot, perm, coupling, float(mutual_rate), info)
 
 
-def _sign_search(Ar, Bq):
+def _sign_search(Ar, Bq, threads: int = 1):
     """Score every sign pattern of the k whitened axes: mean of the smaller half of the nearest-neighbour
-    squared distances from the sign-flipped queries Bq (q, k) to the references Ar (r, k).
+    squared distances from the sign-flipped queries Bq (q, k) to the references Ar (r, k). The patterns
+    are split between ``threads`` Python threads (each pattern's work is the same either way).
 
     Returns patterns (2^k, k) and scores (2^k,), lower is better."""
     k = Ar.shape[1]
@@ -268,26 +276,32 @@ def _sign_search(Ar, Bq):
     half = max(1, len(Bq) // 2)
     scores = np.empty(len(patterns))
     last = len(patterns) - 1
-    for p in range(len(patterns) // 2):  # pattern last - p is pattern p negated: its products are -G
-        G2 = -2.0 * ((Bq * patterns[p]) @ Ar.T)  # (q, r)
-        for q, D in ((p, an + G2), (last - p, an - G2)):  # squared distances less |Bq|^2, added after the min
-            d = D.min(1) + bn
-            scores[q] = np.partition(d, half - 1)[:half].mean()
+
+    def score(ps):
+        for p in ps:  # pattern last - p is pattern p negated: its products are -G
+            G2 = -2.0 * ((Bq * patterns[p]) @ Ar.T)  # (q, r)
+            for q, D in ((p, an + G2), (last - p, an - G2)):  # squared distances less |Bq|^2, added after
+                d = D.min(1) + bn
+                scores[q] = np.partition(d, half - 1)[:half].mean()
+
+    pairs = np.arange(len(patterns) // 2)
+    in_parallel([lambda ps=ps: score(ps) for ps in np.array_split(pairs, max(1, threads))], threads)
     return patterns, scores
 
 
-def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded):
+def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded, threads: int = 1):
     """ICP from the best sign patterns: mutual nearest neighbours <-> Procrustes, over the top m axes for
     m = 2k, 4k, ... d. As (nx, d), Bs (ny, d) subsets; Aws, Bws their whitened top-k coordinates; ``seeded``
-    (A rows, B rows, weight) of the known pairs. Once a stage finds 98% mutual neighbours the remaining
-    stages jump to the full dimension, and a stage stops when its pairs stop changing.
+    (A rows, B rows, weight) of the known pairs; ``threads``: Python threads for the mutual neighbours.
+    Once a stage finds 98% mutual neighbours the remaining stages jump to the full dimension, and a stage
+    stops when its pairs stop changing.
 
     Returns a list of {"pattern", "sign_score", "mutual", "R" (d, d), "stages"} per restart tried."""
     k, d = Aws.shape[1], As.shape[1]
     tried = []
     for p in np.argsort(scores)[:max(1, restarts)]:
         sgn = patterns[p]
-        qi, ri, _, frac = _mutual(Bws * sgn, Aws)  # first pairs from the sign pattern alone
+        qi, ri, _, frac = _mutual(Bws * sgn, Aws, threads)  # first pairs from the sign pattern alone
         R, hist, m = None, [], k
         while m < d:
             m = d if frac >= 0.98 else min(2 * m, d)
@@ -296,7 +310,7 @@ def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded):
                     break
                 R = _procrustes_seeded(As[ri, :m], Bs[qi, :m], seeded, m)
                 prev = (len(qi), frac)
-                qi, ri, _, frac = _mutual(Bs[:, :m], As[:, :m] @ R)
+                qi, ri, _, frac = _mutual(Bs[:, :m], matmul_rows(As[:, :m], R, threads), threads)
                 if (len(qi), frac) == prev:
                     break
             hist.append((m, round(float(frac), 4)))
