@@ -72,3 +72,23 @@ def test_own_runnable_counts_this_thread(monkeypatch):
     assert work_threads() == (os.cpu_count() or 1)
     monkeypatch.setattr(ch, "_own_runnable", lambda: 1)  # two other processes runnable
     assert work_threads() == max(1, (os.cpu_count() or 1) - 2)
+
+
+def test_matcher_repeat_against_a_copy_of_itself(tmp_path):
+    """The interleaved timing script on a small problem, against a renamed copy of this very package: the
+    same answers, exact."""
+    import re
+    import shutil
+    from pathlib import Path
+
+    import alignment
+    from eval.experiments.matcher_repeat import run
+
+    src = Path(alignment.__file__).parent
+    dst = tmp_path / "alignment_main"
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__"))
+    for f in dst.glob("*.py"):
+        f.write_text(re.sub(r"\bfrom alignment\.", "from alignment_main.", f.read_text()))
+    out = run(str(tmp_path), n=600, dim=16, reps=2)
+    assert out["perms_identical"] is True
+    assert out["accuracy"] == {"new": 1.0, "base": 1.0}
