@@ -122,6 +122,7 @@ class DemoHandlers:
         self._reports = LRU(MAX_REPORTS)
         self.image_choices, self.text_choices = encoder_choices(pipeline)
         self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])  # fakes in tests
+        self.default_rotation = "head" if "head" in self.rotations else self.rotations[0]  # captions.md: no pair
 
     # -- pipelines -------------------------------------------------------------------------------------
     def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):
@@ -384,8 +385,7 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
             txt_enc = gr.Dropdown(h.text_choices, value=h.default_pair[1], label="Text encoder",
                                   elem_id="text-encoder")
             from captioner.rotations import label as rotation_label
-
-            rotation = gr.Radio([(rotation_label(r), r) for r in h.rotations], value=h.rotations[0],
+            rotation = gr.Radio([(rotation_label(r), r) for r in h.rotations], value=h.default_rotation,
                                 label="Rotation", elem_id="rotation")
 
         with gr.Tab("Caption", id="caption-tab"):

@@ -311,3 +311,10 @@ def test_example_images_are_written_under_home(captioner_home):
             assert im.size[0] > 16
     stamps = [p for p in paths if p.startswith("/usr/share/tuxpaint/stamps/")]
     assert len(stamps) in (0, 6)
+
+
+def test_the_rotation_buttons_start_on_head_when_the_pipeline_offers_it():
+    pipe = FakePipeline()
+    assert DemoHandlers(pipe).default_rotation == "paired"  # the fake offers paired and pairfree only
+    pipe.rotations = ["paired", "pairfree", "head"]
+    assert DemoHandlers(pipe).default_rotation == "head"
