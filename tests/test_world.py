@@ -61,6 +61,64 @@ def test_prior_weights_and_prompts_known_answers():
     assert "a crimson dot" in p["colour"][0][1]
 
 
+def test_side_stats_and_compare_sides_known_answers():
+    from eval.world.setting import compare_sides, side_stats
+    from eval.world.table import _sides_lines
+
+    red, orange = "small-red-top-left-white", "small-orange-top-left-white"
+    big = "large-red-bottom-left-black"
+    a = side_stats([red, red, red, orange])        # scene frequencies 3/4, 1/4 -> 1 / (9/16 + 1/16)
+    assert a["scenes"] == 2 and a["effective_scenes"] == pytest.approx(1.6)
+    assert a["freq"]["colour"][:2] == [0.75, 0.25] and a["freq"]["size"] == [1.0, 0.0]
+    b = side_stats([orange, orange, orange, big])
+    c = compare_sides(a, b)
+    # colour: (3/4, 1/4) vs (1/4, 3/4): TV 0.5, the most frequent colour differs; size: (1, 0) vs (3/4, 1/4)
+    assert c["tv"]["colour"] == pytest.approx(0.5) and c["tv"]["size"] == pytest.approx(0.25)
+    assert c["max_tv"] == pytest.approx(0.5)
+    assert c["mode_agrees"]["colour"] is False and c["mode_agrees"]["size"] is True
+    assert compare_sides(a, a)["max_tv"] == 0.0 and all(compare_sides(a, a)["mode_agrees"].values())
+    line = _sides_lines({"0": {"images": a, "captions": b, **c}})[-1]
+    assert line.startswith("- seed 0: effective scenes 1.6 (renders) / 1.6 (captions); largest frequency gap 0.50 "
+                           "(total variation, colour); most frequent value differs for colour")
+    assert _sides_lines(None) == []
+
+
+def test_raking_reaches_the_prior_frequencies_on_the_full_grid():
+    from captioner.world import scenes as W
+    from eval.experiments.world_disjoint import rake
+    from eval.world.setting import PRIOR, attribute_values
+
+    keys = [sc.key() for sc in W.all_scenes()]
+    w = rake(keys, iters=20)
+    vals = attribute_values(keys)
+    for a, q in PRIOR.items():
+        target = q ** np.arange(len(W.ATTRS[a]))
+        assert np.bincount(vals[a], weights=w) == pytest.approx(target / target.sum(), abs=1e-9)
+
+
+def test_the_random_floor_pools_every_random_rotation_of_every_seed():
+    from eval.world.table import aggregate, format_table, targets
+
+    zs = {a: 0.3 for a in ("colour", "size", "col", "row", "background")}
+
+    def row(tk, rk, seed, cider, **kw):
+        return {"seed": seed, "text": tk, "rotation": rk, "matcher_accuracy": None, "residual": 1.0, "r_at_1": 0.0,
+                "cider_x100": cider, "zeroshot_mean": 0.3, "zeroshot": zs, **kw}
+
+    rows = []
+    for seed in (0, 1):
+        rows += [row("ntp", "random", seed, 40.0 + 2 * r + seed, random_seed=r) for r in range(4)]
+        rows.append(row("ntp", "pairfree-disjoint", seed, 52.0))
+    rnd = [40.0 + 2 * r + seed for seed in (0, 1) for r in range(4)]   # 8 draws: mean 43.5
+    f = targets(rows)["baselines_at_random_floor"]["ntp/cider_x100"]
+    assert f["random_mean"] == pytest.approx(43.5) and f["random_std"] == pytest.approx(np.std(rnd, ddof=1))
+    assert f["met"] is False                                            # 52 > 43.5 + 2 x 2.39
+    e = next(e for e in aggregate(rows) if e["rotation"] == "random")
+    assert e["cider_x100"]["n"] == 8 and e["seeds"] == [0, 0, 0, 0, 1, 1, 1, 1]
+    res = {"preset": "quick", "seeds": [0, 1], "table": aggregate(rows), "targets": targets(rows)}
+    assert "| next-token LM, mean-pooled | random rotation (8 draws) |" in format_table(res)
+
+
 def test_held_out_residual_known_answers():
     from eval.world.chain import held_out_residual
 

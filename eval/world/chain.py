@@ -38,6 +38,9 @@ ROTATIONS = {
     "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
     "random": ("random", {}, "same", "random rotation"),
 }
+# random rotations per seed (seeds 0 .. n-1 of ``fit_random``) for the floor: one rotation per world seed
+# gives a spread over 3 draws only, too few for a "within 2 std of random" test
+RANDOM_ROTATIONS = 10
 
 
 def _l2n(X):
@@ -56,11 +59,13 @@ def embed(name: str, items, device: str = "cpu") -> np.ndarray:
     return _l2n(get_encoder(name, device=device, cache=False).encode(list(items)))
 
 
-def fit_rotation(key: str, st, X: np.ndarray, Y: np.ndarray, meta: dict):
-    """(map, matcher accuracy or None) of rotation ``key`` from train renders ``X`` and bank captions ``Y``."""
+def fit_rotation(key: str, st, X: np.ndarray, Y: np.ndarray, meta: dict, **override):
+    """(map, matcher accuracy or None) of rotation ``key`` from train renders ``X`` and bank captions ``Y``
+    (``override``: options on top of the key's own, e.g. a random rotation's ``seed``)."""
     from captioner.rotations import ArraySource, get_kind
 
     kind, opts, data, _ = ROTATIONS[key]
+    opts = {**opts, **override}
     if data == "pairs":
         src = ArraySource(meta=meta, X_pairs=X, Y_pairs=Y[st.pair_caption])
     else:
@@ -156,10 +161,11 @@ def decode(dec, Q: np.ndarray, ctx: dict, temperature: float = 0.03) -> list[str
 
 
 def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = "cpu", progress=None,
-             decoder_dir=None) -> list[dict]:
+             decoder_dir=None, random_rotations: int = 1) -> list[dict]:
     """Rows (one per text encoder x rotation) for the world models of ``preset`` / ``st.seed``; the
     retrieved captions are in each row (``captions``, test-sample order) for CIDEr (``cider``), and with
-    ``decoder_dir`` (where the decoders are kept) the decoded ones (``decoded``)."""
+    ``decoder_dir`` (where the decoders are kept) the decoded ones (``decoded``). The ``random`` key gives
+    ``random_rotations`` rows (``random_seed`` 0, 1, ...; only the first is decoded)."""
     from pathlib import Path
 
     from captioner.encoders import get_encoder
@@ -173,17 +179,21 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
         ctx = text_context(name, st, device)
         meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
         dec = decoder_for(name, ctx, Path(decoder_dir) / f"decoder-s{st.seed}-{tk}.pt", device) if decoder_dir else None
-        for rk in rotation_keys or list(ROTATIONS):
+        plan = [(rk, {"seed": r} if rk == "random" else {}) for rk in rotation_keys or list(ROTATIONS)
+                for r in range(max(1, random_rotations) if rk == "random" else 1)]
+        for rk, over in plan:
             t0 = time.time()
             try:
-                m, acc = fit_rotation(rk, st, X, ctx["Y"], meta)
+                m, acc = fit_rotation(rk, st, X, ctx["Y"], meta, **over)
             except Exception as e:   # e.g. POT missing or failing: the row says why, the table goes on
                 rows.append({"seed": st.seed, "text": tk, "rotation": rk, "error": f"{type(e).__name__}: {e}"})
                 continue
             Q = np.asarray(m.transform(Xt), np.float32)
             row = {"seed": st.seed, "text": tk, "rotation": rk, "matcher_accuracy": acc, **score_rotation(Q, ctx),
                    "fit_seconds": round(time.time() - t0, 2)}
-            if dec is not None:
+            if "seed" in over:
+                row["random_seed"] = over["seed"]
+            if dec is not None and not over.get("seed"):
                 row["decoded"] = decode(dec, Q, ctx)
             rows.append(row)
             if progress:

@@ -115,3 +115,40 @@ def attribute_labels(dataset) -> dict:
 
     index = {sc.key(): sc for sc in W.all_scenes()}
     return {a: np.array([getattr(index[s.label], a) for s in dataset.samples]) for a in ATTRIBUTES}
+
+
+def attribute_values(scene_keys: list[str]) -> dict:
+    """attribute -> (N,) the value index (in ``captioner.world.scenes.ATTRS`` order) of each scene key."""
+    from captioner.world import scenes as W
+
+    index = {sc.key(): sc for sc in W.all_scenes()}
+    return {a: np.array([W.ATTRS[a].index(getattr(index[k], a)) for k in scene_keys]) for a in ATTRIBUTES}
+
+
+def side_stats(scene_keys: list[str]) -> dict:
+    """What one side of an unpaired setting shows: its number of scenes, the effective number (1 / sum of
+    squared scene frequencies) and each attribute's value frequencies."""
+    from captioner.world import scenes as W
+
+    _, counts = np.unique(scene_keys, return_counts=True)
+    p = counts / counts.sum()
+    freq = {a: (np.bincount(v, minlength=len(W.ATTRS[a])) / len(v)).tolist()
+            for a, v in attribute_values(scene_keys).items()}
+    return {"scenes": int(len(counts)), "effective_scenes": float(1.0 / np.sum(p ** 2)), "freq": freq}
+
+
+def compare_sides(img: dict, cap: dict) -> dict:
+    """Whether two sides (``side_stats``) show the same world: per attribute, the total-variation distance of
+    the value frequencies and whether the most frequent value is the same. Without pairs the values of an
+    attribute are told apart only by these frequencies, so where they disagree the true rotation is not
+    the one the data support."""
+    tv = {a: 0.5 * float(np.abs(np.subtract(img["freq"][a], cap["freq"][a])).sum()) for a in img["freq"]}
+    mode = {a: int(np.argmax(img["freq"][a])) == int(np.argmax(cap["freq"][a])) for a in img["freq"]}
+    return {"tv": tv, "max_tv": max(tv.values()), "mode_agrees": mode}
+
+
+def disjoint_sides(st: Setting) -> dict:
+    """``compare_sides`` of the disjoint setting's renders and captions, with both sides' ``side_stats``."""
+    a = side_stats([st.train.samples[i].label for i in st.disjoint_images])
+    b = side_stats([st.bank_scene[j] for j in st.disjoint_captions])
+    return {"images": a, "captions": b, **compare_sides(a, b)}

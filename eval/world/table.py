@@ -28,16 +28,16 @@ def _models_key(preset: str, seed: int) -> str:
 
 
 def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: bool = True,
-              text_keys=None, rotation_keys=None) -> list[dict]:
+              text_keys=None, rotation_keys=None, random_rotations: int | None = None) -> list[dict]:
     """The rows of one seed: from ``out/seed-<seed>.json`` when made with the same models and plan, else
     computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from captioner.paths import atomic_write_json
-    from eval.world.chain import DECODER, cider, run_seed
+    from eval.world.chain import DECODER, RANDOM_ROTATIONS, cider, run_seed
     from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
 
     key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
-           "decoder": DECODER}
+           "decoder": DECODER, "random_rotations": random_rotations or RANDOM_ROTATIONS}
     path = out / f"seed-{seed}.json"
     if path.is_file():
         old = json.loads(path.read_text())
@@ -51,7 +51,8 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
 
     t0 = time.time()
     st = setting(seed)
-    rows = run_seed(st, preset, key["text"], key["rotations"], device=device, progress=show, decoder_dir=out)
+    rows = run_seed(st, preset, key["text"], key["rotations"], device=device, progress=show, decoder_dir=out,
+                    random_rotations=key["random_rotations"])
     cider(rows, st.test)
     atomic_write_json(path, {"key": key, "rows": rows, "seconds": round(time.time() - t0, 1)})
     return rows
@@ -87,8 +88,8 @@ def aggregate(rows: list[dict]) -> list[dict]:
 def targets(rows: list[dict]) -> dict:
     """The issue's targets, per seed: the text JEPA pair-free (disjoint) CIDEr >= 95% of paired and every
     attribute's zero-shot top-1 within 2 points of paired; NTP (both) and untrained pair-free (disjoint) at
-    the random floor: CIDEr and mean zero-shot of no seed above the random rotation's mean + 2 std (over
-    seeds); ``within`` also records the two-sided band."""
+    the random floor: CIDEr and mean zero-shot of no seed above the random rotations' mean + 2 std (over
+    seeds x random rotations); ``within`` also records the two-sided band."""
     def get(tk, rk, s):
         return next((r for r in rows if r["text"] == tk and r["rotation"] == rk and r["seed"] == s
                      and "error" not in r), None)
@@ -118,9 +119,10 @@ def targets(rows: list[dict]) -> dict:
 
 
 def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "cpu", progress: bool = True,
-                 text_keys=None, rotation_keys=None) -> dict:
+                 text_keys=None, rotation_keys=None, random_rotations: int | None = None) -> dict:
     """Rows for every seed (missing models: a one-line error naming the training command), the aggregate,
-    the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``)."""
+    the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``).
+    ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
     from captioner.paths import atomic_write_json, home
 
     if not seeds:
@@ -128,11 +130,15 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     out = Path(out) if out else home() / "world" / f"report-{preset}"
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys)]
+    rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys,
+                                                          random_rotations)]
     res = {"preset": preset, "seeds": [int(s) for s in seeds],
            "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
            "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
     res["examples"] = _examples(rows)
+    from eval.world.setting import disjoint_sides, setting
+
+    res["disjoint_sides"] = {str(s): disjoint_sides(setting(int(s))) for s in seeds}
     atomic_write_json(out / "results.json", res)
     (out / "world.md").write_text(format_table(res) + "\n")
     return res
@@ -160,6 +166,8 @@ def format_table(res: dict) -> str:
     for e in res["table"]:
         cells = [_cell(e[m], 1.0, 1 if m.startswith("cider") else 3) for m, _ in METRICS]
         lab = ROTATIONS[e["rotation"]][3] + (f" ({len(e['errors'])} failed)" if e["errors"] else "")
+        if e["rotation"] == "random" and e["cider_x100"] and e["cider_x100"]["n"] > len(res["seeds"]):
+            lab += f" ({e['cider_x100']['n']} draws)"
         lines.append(f"| {TEXT_ENCODERS[e['text']][0]} | {lab} | " + " | ".join(cells) + " |")
     attrs = next((list(e["zeroshot"]) for e in res["table"] if e["zeroshot"]), [])
     lines += ["", "Zero-shot top-1 per attribute (text JEPA):", "",
@@ -180,7 +188,24 @@ def format_table(res: dict) -> str:
                      f"{f['random_mean']:.3f} +- {f['random_std']:.3f} (target: not above random + 2 std) -> "
                      f"{'met' if f['met'] else 'MISSED'}" + ("" if f.get("within", True) else
                                                             " (below the two-sided band)"))
+    lines += _sides_lines(res.get("disjoint_sides"))
     return "\n".join(lines)
+
+
+def _sides_lines(sides: dict | None) -> list[str]:
+    """Why the disjoint setting can fail: per seed, how alike the two sides' attribute frequencies are."""
+    if not sides:
+        return []
+    lines = ["", "Do the two sides of the disjoint setting show the same world? Without pairs an attribute's values "
+             "are told apart only by their frequencies (`python -m eval.experiments.world_disjoint`):"]
+    for seed, d in sides.items():
+        worst = max(d["tv"], key=d["tv"].get)
+        differ = [a for a, ok in d["mode_agrees"].items() if not ok]
+        lines.append(f"- seed {seed}: effective scenes {d['images']['effective_scenes']:.1f} (renders) / "
+                     f"{d['captions']['effective_scenes']:.1f} (captions); largest frequency gap {d['max_tv']:.2f} "
+                     f"(total variation, {worst}); most frequent value differs for "
+                     + (", ".join(differ) if differ else "no attribute"))
+    return lines
 
 
 def world_section() -> str | None:
