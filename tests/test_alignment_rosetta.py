@@ -25,11 +25,13 @@ def test_rosetta_recovers_what_the_cheap_matcher_misses(noisy_partial, monkeypat
     import alignment.pairfree as pf
 
     monkeypatch.setattr(pf, "AUTO_TRUST_MUTUAL", 0.6)
-    res = match(X, Y)  # method="auto"
+    rosetta = match_rosetta(X, Y, init=[cheap.perm])
+    assert rosetta.accuracy(true) >= 0.93
+    res = match(X, Y)  # method="auto": the annealed answer is no better by the margin, so rosetta runs too
     a = res.info["auto"]
-    assert a["ran"] == ["ours", "rosetta"] and a["chosen"] == "rosetta"
+    assert a["ran"] == ["ours", "anneal", "rosetta"] and a["chosen"] in ("anneal", "rosetta")
     assert res.accuracy(true) >= 0.93
-    assert a["heldout_score"]["rosetta"] > a["heldout_score"]["ours"]
+    assert a["heldout_score"][a["chosen"]] == max(a["heldout_score"].values()) > a["heldout_score"]["ours"]
 
 
 def test_heldout_score_prefers_the_true_assignment(noisy_partial):

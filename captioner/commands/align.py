@@ -142,11 +142,13 @@ class _CacheSource:
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
               help="Unpaired methods: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
-@click.option("--matcher", type=click.Choice(["auto", "ours", "rosetta", "wp", "gw"]), default="auto",
+@click.option("--matcher", type=click.Choice(["auto", "ours", "anneal", "rosetta", "wp", "gw"]), default="auto",
               show_default=True,
-              help="pairfree: PCA sign search + ICP (ours), cluster-QAP starts + CSLS self-learning (rosetta; "
-                   "noisy or partly overlapping clouds), coarse-to-fine Wasserstein-Procrustes (wp), POT's "
-                   "entropic Gromov-Wasserstein (gw), or auto (ours, and rosetta when ours' check fails).")
+              help="pairfree: PCA sign search + ICP (ours), annealed soft assignment from ours' sign patterns "
+                   "(anneal; high noise), cluster-QAP starts + CSLS self-learning (rosetta; noisy or partly "
+                   "overlapping clouds), coarse-to-fine Wasserstein-Procrustes (wp), POT's entropic "
+                   "Gromov-Wasserstein (gw), or auto (ours; when its check fails anneal, then rosetta unless "
+                   "anneal is clearly better; the best held-out score wins).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, seed,
