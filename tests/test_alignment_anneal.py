@@ -51,3 +51,16 @@ def test_anneal_by_name_and_unknown_names():
     assert res.info["method"] == "anneal" and res.accuracy(true) == 1.0
     with pytest.raises(AlignmentError, match="'anneal'"):
         match(X, Y, method="softassign")
+
+
+@pytest.mark.parametrize("n, d, noise, overlap", [(600, 32, 0.7, 0.5), (400, 16, 0.05, 1.0),
+                                                  pytest.param(1000, 128, 1.8, 1.0, marks=pytest.mark.slow)])
+def test_auto_is_never_worse_than_any_matcher_it_can_run(n, d, noise, overlap):
+    # by more than 2 points: it chooses by an unsupervised score (600 x 32: rosetta 95.0 %, auto 93.7 %)
+    from alignment.rosetta import match_rosetta
+
+    X, Y, true, _ = make_problem(n, d, noise=noise, overlap=overlap, seed=0)
+    cheap = match_pairfree(X, Y)
+    best = max(cheap.accuracy(true), match(X, Y, method="anneal").accuracy(true),
+               match_rosetta(X, Y, init=[cheap.perm]).accuracy(true))
+    assert match(X, Y).accuracy(true) >= best - 0.02

@@ -21,13 +21,13 @@ def test_rosetta_recovers_what_the_cheap_matcher_misses(noisy_partial, monkeypat
     X, Y, true, _ = noisy_partial
     cheap = match_pairfree(X, Y)
     assert cheap.accuracy(true) < 0.85
-    # here the cheap path's own check (mutual 0.56 >= 0.5) does not notice; force auto past it
     import alignment.pairfree as pf
 
-    monkeypatch.setattr(pf, "AUTO_TRUST_MUTUAL", 0.6)
     rosetta = match_rosetta(X, Y, init=[cheap.perm])
     assert rosetta.accuracy(true) >= 0.93
-    res = match(X, Y)  # method="auto": the annealed answer is no better by the margin, so rosetta runs too
+    # auto runs rosetta only when neither ours nor the annealed answer is convincing; make it run here
+    monkeypatch.setattr(pf, "AUTO_ROSETTA_BELOW", 1.01)
+    res = match(X, Y)  # method="auto"
     a = res.info["auto"]
     assert a["ran"] == ["ours", "anneal", "rosetta"] and a["chosen"] in ("anneal", "rosetta")
     assert res.accuracy(true) >= 0.93
