@@ -105,9 +105,10 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
     "ours" (:func:`match_pairfree`, near-isomorphic clouds, scales to large N), "wp" (:func:`match_wp`,
     loosely isomorphic clouds such as two real encoders), "gw" (:func:`match_gw`, POT baseline), or "auto":
     run "ours"; when its answer fails the trust check (mutual nearest neighbours, and below
-    ``AUTO_SURE_MUTUAL`` or with few rows per dimension the held-out score too), also annealed soft assignment from ours' sign patterns (:mod:`alignment.anneal`) and, unless
-    that is clearly better, "rosetta" (:func:`alignment.rosetta.match_rosetta`, cluster-QAP starts and CSLS
-    self-learning) started from both answers; it returns the answer with the best held-out score
+    ``AUTO_SURE_MUTUAL`` or with few rows per dimension the held-out score too), also annealed soft
+    assignment from ours' sign patterns (:mod:`alignment.anneal`) and, when neither answer is convincing,
+    "rosetta" (:func:`alignment.rosetta.match_rosetta`, cluster-QAP starts and CSLS self-learning) started
+    from both (:func:`_match_auto`); it returns the answer with the best held-out score
     (:func:`alignment.rosetta.heldout_score`), so auto is never worse than any candidate it ran by that score
     (``info["auto"]`` records the scores and the choice). "rosetta" and "anneal" are also callable by name.
     ``seeds=[(i, j), ...]`` (row i of X is known to match row j of Y) and ``seed_weight`` go to "ours".
@@ -170,8 +171,9 @@ def _match_auto(X, Y, **kw) -> MatchResult:
 
         ann = match_annealed(X, Y, [r["pattern"] for r in first.info["restarts"]], first.info["sign_axes"],
                              dim=kw.get("dim"), normalize=kw.get("normalize", True),
-                             dense_max=kw.get("dense_max", 5_000_000), progress=kw.get("progress", False), **meta)
-        found["anneal"] = (ann, held(ann))
+                             dense_max=kw.get("dense_max", 5_000_000), progress=kw.get("progress", False),
+                             prep=prep, **meta)
+        found["anneal"] = (ann, ann.info["heldout"])  # held-out score on this same preparation
     best_held = max(h for _, h in found.values())
     if "anneal" not in found or (found["anneal"][1] < found["ours"][1] + AUTO_ANNEAL_MARGIN
                                  and best_held < AUTO_ROSETTA_BELOW):

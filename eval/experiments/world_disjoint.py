@@ -100,7 +100,7 @@ def draws(st) -> dict:
     def draw(r, p, n):
         return rng.choice(r, n, p=p / p.sum())
 
-    uni_img, uni_cap = rows({img_keys[i] for i in st.uniform_images})
+    uni_img, uni_cap = st.uniform_images, st.uniform_captions   # the disjoint scene sets, every row once
     raked = (draw(uni_img, rake([img_keys[i] for i in uni_img]), N_IMAGES),
              draw(uni_cap, rake([st.bank_scene[j] for j in uni_cap]), N_CAPTIONS))
     b_img, b_cap = rows(balanced_split(st))

@@ -124,6 +124,7 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``).
     ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
     from captioner.paths import atomic_write_json, home
+    from eval.world.setting import disjoint_sides, setting
 
     if not seeds:
         raise CaptionerError("world report: give at least one seed")
@@ -131,13 +132,11 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys,
-                                                          random_rotations)]
+                                                random_rotations)]
     res = {"preset": preset, "seeds": [int(s) for s in seeds],
            "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
            "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
     res["examples"] = _examples(rows)
-    from eval.world.setting import disjoint_sides, setting
-
     res["disjoint_sides"] = {str(s): disjoint_sides(setting(int(s))) for s in seeds}
     atomic_write_json(out / "results.json", res)
     (out / "world.md").write_text(format_table(res) + "\n")
