@@ -64,3 +64,27 @@ def test_auto_is_never_worse_than_any_matcher_it_can_run(n, d, noise, overlap):
     best = max(cheap.accuracy(true), match(X, Y, method="anneal").accuracy(true),
                match_rosetta(X, Y, init=[cheap.perm]).accuracy(true))
     assert match(X, Y).accuracy(true) >= best - 0.02
+
+
+def test_matcher_ceiling_easy_problem_found_is_truth():
+    """Low noise: the matcher's answer and the true pairs settle on the same fixed point (all right), so the
+    data does not prefer a wrong answer."""
+    from eval.experiments.matcher_ceiling import run
+
+    r = run(n=300, dim=16, noise=0.05)
+    assert r["oracle"] == 1.0 and r["auto"]["accuracy"] == 1.0
+    assert r["truth"]["accuracy"] == r["found"]["accuracy"] == 1.0
+    assert r["truth"]["cost"] == pytest.approx(r["found"]["cost"], rel=1e-4)
+    assert not r["data_prefers_found"]
+
+
+@pytest.mark.slow
+def test_matcher_ceiling_noise_2_data_prefers_the_wrong_answer():
+    """Noise 2.0, full overlap (the grid point that misses the oracle by 9 points): the true pairs' fixed point
+    is near-exact, yet the matcher's answer has a lower matching cost and a higher held-out score."""
+    from eval.experiments.matcher_ceiling import run
+
+    r = run(n=2000, dim=128, noise=2.0)
+    assert r["truth"]["accuracy"] > 0.99 and 0.8 < r["found"]["accuracy"] < 0.95
+    assert r["found"]["cost"] < r["truth"]["cost"] and r["found"]["heldout"] > r["truth"]["heldout"]
+    assert r["data_prefers_found"]
