@@ -132,3 +132,12 @@ def test_classifier_captioner_names_everyday_photos_with_the_real_encoder(tmp_pa
     W, b, names = cached_head(pipe.encoder("image"))  # read back from $CAPTIONER_HOME/heads
     W0, b0, names0 = classifier_head(pipe.encoder("image"))
     assert np.array_equal(W, W0) and np.array_equal(b, b0) and names == names0 and len(names) == 1000
+
+
+def test_photos_val_fallback_takes_the_mapped_caption_only_below_the_threshold():
+    from eval.photos_val import with_fallback
+
+    P = np.array([[0.7, 0.2, 0.1], [0.05, 0.06, 0.89], [0.34, 0.33, 0.33], [0.09, 0.08, 0.07]])
+    caps = with_fallback(P, ["owl", "cat", "ink"], ["m0", "m1", "m2", "m3"], below=0.35)
+    assert caps == ["A photo of an owl.", "A photo of an ink.", "m2", "m3"]
+    assert with_fallback(P[3:], ["owl", "cat", "ink"], ["m3"], below=0.0) == ["A photo of an owl."]
