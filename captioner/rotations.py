@@ -251,11 +251,17 @@ def label(name: str) -> str:
 
 def key_params(name: str, **given) -> dict:
     """What besides the encoders and data a fitted map of this kind depends on (its cache key): the
-    options that differ from the kind's defaults, plus those every map of the kind records."""
+    options that differ from the kind's defaults, plus those every map of the kind records, plus for
+    ``pairfree`` the matcher's answer version (``alignment.pairfree.MATCHER_VERSION``)."""
     kind = get_kind(name)
     opts = kind.options(**given)
-    return {k: v for k, v in opts.items()
-            if k in _KEYED.get(kind.name, ()) or (k not in _UNKEYED and v != kind.defaults[k])}
+    out = {k: v for k, v in opts.items()
+           if k in _KEYED.get(kind.name, ()) or (k not in _UNKEYED and v != kind.defaults[k])}
+    if kind.name == "pairfree":  # a map fitted by an older matcher is refitted, not read stale
+        from alignment.pairfree import MATCHER_VERSION
+
+        out["matcher_version"] = MATCHER_VERSION
+    return out
 
 
 # The options that have always been part of each kind's cache key (so existing artifacts keep their names).

@@ -38,12 +38,14 @@ def test_aliases_and_unknown_names():
 def test_cache_keys_are_those_the_pipeline_always_used():
     # the artifact names of maps fitted before the registry existed must stay the same
     assert key_params("paired") == {} and key_params("ridge") == {}
-    assert key_params("pairfree", max=2000) == {"max": 2000, "seed": 0}
+    # the pair-free map's name carries the matcher's answer version: a map from an older matcher is refitted
+    assert key_params("pairfree", max=2000) == {"max": 2000, "seed": 0, "matcher_version": 2}
     assert key_params("random") == {"seed": 0}
     # the head map gained the class query (query_weight): a new map, so a new name on purpose
     assert key_params("head") == {"temperature": 4.0, "prompt": "a photo of a {c}.", "text_mean": "bank",
                                   "query_weight": 1.0}
-    assert key_params("pairfree", max=500, progress=True) == {"max": 500, "seed": 0}  # progress changes nothing
+    assert key_params("pairfree", max=500, progress=True) == {"max": 500, "seed": 0,  # progress changes nothing
+                                                              "matcher_version": 2}
     assert key_params("paired", scale=True) == {"scale": True}
 
 
@@ -96,3 +98,13 @@ def test_a_new_kind_is_one_entry(monkeypatch, captioner_home):
     assert out[0]["caption"] == "a yellow banana."  # fitted on the pairs, as paired is
     assert calls == [False] and p.rotation("swapped") is p.rotation("swapped")
     assert [f.name.split("-")[0] for f in (captioner_home / "rotations").glob("*.safetensors")] == ["swapped"]
+
+
+def test_a_new_matcher_version_renames_the_pairfree_map_only(monkeypatch):
+    import alignment.pairfree as pf
+
+    before = {k: key_params(k) for k in ("paired", "pairfree", "head", "random")}
+    monkeypatch.setattr(pf, "MATCHER_VERSION", pf.MATCHER_VERSION + 1)
+    after = {k: key_params(k) for k in before}
+    assert after["pairfree"]["matcher_version"] == before["pairfree"]["matcher_version"] + 1
+    assert all(after[k] == before[k] for k in ("paired", "head", "random"))
