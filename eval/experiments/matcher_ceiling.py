@@ -22,12 +22,13 @@ matching cost or ranks by that held-out score can do better on this problem, wha
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 
 import numpy as np
+
+from eval.experiments import emit
 
 
 def fixed_point(A, B, R, max_iter: int = 10):
@@ -105,12 +106,7 @@ def main(argv=None) -> int:
     a = ap.parse_args(argv)
     rows = [run(a.n, a.dim, nz, ov, a.seed) for ov in (a.overlap or [1.0]) for nz in (a.noise or [2.0])]
     res = {"rows": rows, "loadavg": [round(x, 2) for x in os.getloadavg()]}
-    blob = json.dumps(res, indent=2)
-    if a.out:
-        from captioner.paths import atomic_write_bytes
-
-        atomic_write_bytes(a.out, (blob + "\n").encode())
-    print(blob if a.json else blob + "\n\n" + table(rows))
+    emit(res, a.out, a.json, table(rows))
     return 0
 
 

@@ -10,11 +10,12 @@ CIDEr is pycocoevalcap's (0-10; x100 in the table). Only the retrieval captioner
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 import time
 
 import numpy as np
+
+from eval.experiments import emit
 
 ROTATIONS = ("paired", "head", "pairfree")
 
@@ -95,12 +96,7 @@ def main(argv=None):
     if a.seeds < 2:
         ap.error("--seeds must be at least 2 (the floor's spread)")
     res = run(a.seeds, a.image_encoder, a.text_encoder)
-    blob = json.dumps(res, indent=2, default=float)
-    if a.out:
-        from captioner.paths import atomic_write_bytes
-
-        atomic_write_bytes(a.out, (blob + "\n").encode())
-    print(blob if a.json else blob + "\n\n" + table(res))
+    emit(res, a.out, a.json, table(res))
 
 
 if __name__ == "__main__":

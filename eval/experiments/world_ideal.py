@@ -23,12 +23,13 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
 import os
 import sys
 import time
 
 import numpy as np
+
+from eval.experiments import emit
 
 # name -> (values per attribute, geometric ratio of each attribute's value frequencies)
 WORLDS = {
@@ -132,12 +133,7 @@ def main(argv=None) -> int:
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     res = experiment(a.seeds, a.noise, a.auto)
-    blob = json.dumps(res, indent=2)
-    if a.out:
-        from captioner.paths import atomic_write_bytes
-
-        atomic_write_bytes(a.out, (blob + "\n").encode())
-    print(blob if a.json else blob + "\n\n" + table(res))
+    emit(res, a.out, a.json, table(res))
     return 0
 
 
