@@ -36,7 +36,9 @@ def test_mutual_split_matches_one_thread():
         assert got[3] == one[3]
         np.testing.assert_array_equal(got[0], one[0])
         np.testing.assert_array_equal(got[1], one[1])
-        np.testing.assert_allclose(got[2], one[2], rtol=1e-5, atol=1e-6)
+        # squared distances as |a|^2 + |b|^2 - 2ab in float32: blocking changes the rounding by about
+        # eps * |a|^2 (1.2e-7 x 32 = 4e-6 here; a clean-clone run saw 3.8e-6 on 11 of 150 rows)
+        np.testing.assert_allclose(got[2], one[2], rtol=1e-5, atol=2e-5)
 
 
 def test_sign_search_split_matches_one_thread():
