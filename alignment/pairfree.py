@@ -69,6 +69,12 @@ from alignment.neighbours import (  # noqa: F401
 )
 from alignment.procrustes import _svd
 
+# The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
+# fallback and held-out trust check). Cached pair-free maps and the tables built from them carry it in their
+# keys (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of
+# reading a stale answer.
+MATCHER_VERSION = 2
+
 # "auto" accepts the PCA/ICP answer outright when at least AUTO_SURE_MUTUAL of the rows (of the smaller side)
 # are mutual nearest neighbours under its rotation; from AUTO_TRUST_MUTUAL up, only when its held-out score
 # (``alignment.rosetta.heldout_score``) is at least AUTO_TRUST_HELDOUT as well: with d large for N a wrong
@@ -78,12 +84,6 @@ from alignment.procrustes import _svd
 # The outright acceptance needs AUTO_SURE_ROWS_PER_DIM rows (of the smaller side) per dimension: with about as
 # many rows as dimensions any rotation fits (Tux Paint, 369 captions in 368 dimensions: a wrong answer with
 # 0.99 mutual neighbours)
-# The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
-# fallback and held-out trust check). Cached pair-free maps and the tables built from them carry it in their
-# keys (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of
-# reading a stale answer.
-MATCHER_VERSION = 2
-
 AUTO_SURE_MUTUAL = 0.9
 AUTO_SURE_ROWS_PER_DIM = 8
 AUTO_TRUST_MUTUAL = 0.5

@@ -18,6 +18,13 @@ import numpy as np
 CLASSIFIER_ENCODER = "efficientnet-lite1"
 
 
+def name_caption(name: str) -> str:
+    """The classifier captioner's caption of class ``name``: "A photo of a <class>." ("an" before a vowel)."""
+    from captioner.subject import article
+
+    return f"A photo of {article(name)} {name}."
+
+
 def classifier_queries(pipe, X: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(text queries (N, D_txt), class names, probabilities (N, C)) from the image encoder's classifier head."""
     from alignment.pseudo import softmax
@@ -56,7 +63,6 @@ def classifier_captions(pipe, images, top_k: int = 5) -> list[dict]:
     """Caption dicts as ``Pipeline.caption`` returns them, by the classifier head (see the module docstring);
     ``timings_ms`` are per image (the batch's time divided by its size)."""
     from captioner.bank import l2n
-    from captioner.subject import article
 
     t0 = time.perf_counter()
     X = pipe.encode_images(images)
@@ -71,7 +77,7 @@ def classifier_captions(pipe, images, top_k: int = 5) -> list[dict]:
     out = []
     for i in range(len(X)):
         c = names[int(P[i].argmax())]
-        out.append({"caption": f"A photo of {article(c)} {c}.", "class_prob": round(float(P[i].max()), 4),
+        out.append({"caption": name_caption(c), "class_prob": round(float(P[i].max()), 4),
                     "retrieved": [{"caption": bank.texts[j], "score": float(S[i, j])} for j in idx[i]],
                     "timings_ms": {"encode": round(t_enc, 2), "rotate_retrieve": round(t_ret, 2), "decode": 0.0,
                                    "per": "image (batch average)"}})

@@ -40,13 +40,12 @@ BROAD_PAIRS = ("tuxpaint", "openclipart")
 
 
 def with_fallback(P: np.ndarray, names, fallback: list[str], below: float = FALLBACK_BELOW) -> list[str]:
-    """"A photo of a <top-1 class>." where the class probability (rows of ``P``) is at least ``below``, else
-    the row's ``fallback`` caption."""
-    from captioner.subject import article
+    """The classifier captioner's caption of the top-1 class (``captioner.photocaption.name_caption``) where
+    its probability (rows of ``P``) is at least ``below``, else the row's ``fallback`` caption."""
+    from captioner.photocaption import name_caption
 
     top = P.argmax(1)
-    return [f"A photo of {article(names[c])} {names[c]}." if P[i, c] >= below else fallback[i]
-            for i, c in enumerate(top)]
+    return [name_caption(names[c]) if P[i, c] >= below else fallback[i] for i, c in enumerate(top)]
 
 
 def broad_paired_map(pipe, datasets=BROAD_PAIRS):
@@ -101,7 +100,7 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
     from captioner.bank import bank_sets, build_bank
     from captioner.cache import embed
     from captioner.datasets import get_dataset
-    from captioner.photocaption import CLASSIFIER_ENCODER, classifier_queries
+    from captioner.photocaption import CLASSIFIER_ENCODER, classifier_queries, name_caption
     from captioner.photosets import subject_extra
     from captioner.pipeline import Pipeline
     from captioner.retrieval import retrieve, to_text_space
@@ -136,7 +135,7 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
             Qc, names, P = classifier_queries(cpipe, Xc)
             for bname, bank in banks.items():
                 cands[f"classifier / {bname}{tag}"] = text_retrieve_top1(Qc, bank)
-            cands[f"classifier-name{tag}"] = with_fallback(P, names, [""] * len(P), below=0.0)
+            cands[f"classifier-name{tag}"] = [name_caption(names[i]) for i in P.argmax(1)]
             if cpipe is fb_pipe:
                 idx, _ = retrieve(to_text_space(broad, Xc, banks["default"].dim), banks["default"], 1)
                 cands[f"classifier-name, else paired-broad / default{tag}"] = with_fallback(

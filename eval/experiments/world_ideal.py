@@ -29,17 +29,23 @@ import time
 
 import numpy as np
 
+from captioner.world.data import FRACTIONS
+from captioner.world.scenes import ATTRS
 from eval.experiments import emit
+from eval.world.setting import ATTRIBUTES, N_CAPTIONS, N_IMAGES, PRIOR
 
+LAB_VALUES = tuple(len(ATTRS[a]) for a in ATTRIBUTES)  # 6, 2, 3, 3, 3
+REPORT_PRIOR = tuple(PRIOR[a] for a in ATTRIBUTES)  # 0.55, 0.3, 0.45, 0.25, 0.12
 # name -> (values per attribute, geometric ratio of each attribute's value frequencies)
 WORLDS = {
-    "lab (324 scenes), report prior": ((6, 2, 3, 3, 3), (0.55, 0.3, 0.45, 0.25, 0.12)),
-    "lab (324 scenes), milder prior": ((6, 2, 3, 3, 3), (0.8, 0.5, 0.7, 0.6, 0.4)),
-    "3,600 scenes, report prior": ((12, 3, 5, 5, 4), (0.55, 0.3, 0.45, 0.25, 0.12)),
+    "lab (324 scenes), report prior": (LAB_VALUES, REPORT_PRIOR),
+    "lab (324 scenes), milder prior": (LAB_VALUES, (0.8, 0.5, 0.7, 0.6, 0.4)),
+    "3,600 scenes, report prior": ((12, 3, 5, 5, 4), REPORT_PRIOR),
     "3,600 scenes, milder prior": ((12, 3, 5, 5, 4), (0.8, 0.5, 0.7, 0.6, 0.4)),
     "3,600 scenes, mild prior": ((12, 3, 5, 5, 4), (0.9, 0.7, 0.85, 0.8, 0.6)),
 }
-N_IMAGES, N_CAPTIONS, TRAIN, FIRST = 6000, 5000, 0.6, 0.6
+TRAIN = FRACTIONS[0]  # the world's train share of the scenes
+FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (eval.world.setting.setting)
 
 
 def ideal_codes(values) -> tuple[np.ndarray, np.ndarray]:
