@@ -135,14 +135,20 @@ def match(X, Y, method: str = "auto", **kw) -> MatchResult:
         return match_annealed(X, Y, [r["pattern"] for r in first.info["restarts"]], first.info["sign_axes"], **keep)
     if method in ("ours", "pairfree", "pca-icp"):
         return match_pairfree(X, Y, **kw)
+    if method == "lattice":
+        from alignment.lattice import match_lattice
+
+        if kw.get("cards") is None:
+            raise AlignmentError("the lattice matcher needs the attribute cardinalities, e.g. cards='6,2,3,3,3'")
+        return match_lattice(X, Y, **kw)
     from alignment.pairfree_baselines import match_gw, match_wp
 
     if method in ("wp", "wasserstein-procrustes"):
         return match_wp(X, Y, **kw)
     if method in ("gw", "entropic-gw"):
         return match_gw(X, Y, **kw)
-    raise AlignmentError(f"unknown pair-free method {method!r}; use 'auto', 'ours', 'anneal', 'rosetta', 'wp' or "
-                         "'gw'")
+    raise AlignmentError(f"unknown pair-free method {method!r}; use 'auto', 'ours', 'anneal', 'rosetta', 'lattice', "
+                         "'wp' or 'gw'")
 
 
 def _match_auto(X, Y, **kw) -> MatchResult:

@@ -183,8 +183,10 @@ def _fit_head(src: FitSource, temperature: float = 4.0, prompt: str = "a photo o
 
 
 def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher: str = "auto",
-                  dim: int | None = None, scale: bool = False, progress: bool = False) -> Fitted:
-    """Both clouds shuffled apart (no row order can leak pairs), at most ``max`` rows a side, then matched."""
+                  dim: int | None = None, scale: bool = False, progress: bool = False,
+                  cards: str | None = None) -> Fitted:
+    """Both clouds shuffled apart (no row order can leak pairs), at most ``max`` rows a side, then matched.
+    ``cards`` (attribute cardinalities, "6,2,3,3,3") goes to the ``lattice`` matcher, which needs it."""
     from alignment.pairfree import match
     from alignment.procrustes import jsonable
 
@@ -197,6 +199,13 @@ def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher
         kw = {"method": matcher, "dim": dim, "seed": seed, "progress": progress}
     if scale and matcher == "ours":
         kw["fit_scale"] = True
+    if matcher == "lattice" and cards is None:
+        raise CaptionerError("the lattice matcher needs the number of values of each attribute: --cards 6,2,3,3,3 "
+                             "(cards='6,2,3,3,3' in Python)")
+    if cards is not None:
+        if matcher != "lattice":
+            raise CaptionerError(f"cards={cards!r} is an option of the lattice matcher, not of {matcher!r}")
+        kw["cards"] = cards
     res = match(X[xi], Y[yi], **kw)
     m = res.rotation
     m.meta.update(src.meta)
@@ -219,7 +228,7 @@ KINDS: dict[str, RotationKind] = {k.name: k for k in [
                  _fit_paired, {"scale": False, "dim": None, "shared": "pca"}),
     RotationKind("pairfree", "pair-free match (no pairs)", "none (pair-free matcher)", False, True,
                  _fit_pairfree, {"max": 2000, "seed": 0, "matcher": "auto", "dim": None, "scale": False,
-                                 "progress": False}),
+                                 "progress": False, "cards": None}),
     RotationKind("head", "pair-free, classifier-head pseudo-pairs (no pairs)",
                  "none (classifier-head pseudo-pairs)", False, True, _fit_head, _head_defaults(), needs_head=True),
     RotationKind("ridge", "ridge map (train pairs; least-squares reference)", "train image-caption pairs", True,

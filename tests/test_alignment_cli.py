@@ -140,3 +140,30 @@ def test_bench_noise_overlap_prints_the_oracle_beside_the_matcher(tmp_path):
     assert row["ours"]["accuracy"] >= row["oracle"]["assignment"] - 0.05 and isinstance(row["load_avg"], float)
     r = _run(["align", "bench", "--n", "400", "--overlap", "1.5", "--procrustes", "none"])
     assert r.exit_code != 0 and "--overlap must be in (0, 1]" in str(r.exception)
+
+
+def test_fit_lattice_matcher_from_the_cli(tmp_path):
+    """``--matcher lattice --cards``: images and captions of one skewed attribute lattice, shuffled apart;
+    every image is matched to a caption of its own item. Without --cards: a one-line error."""
+    from alignment.lattice import ideal_lattice
+
+    rng = np.random.default_rng(0)
+    scenes, E = ideal_lattice((3, 2, 3))
+    w = np.prod([[0.5, 0.4, 0.6][a] ** scenes[:, a] for a in range(3)], axis=0)
+    pick = rng.choice(len(E), 400, p=w / w.sum())
+    Q = random_orthogonal(E.shape[1], 3)
+    sids = [f"p{j}" for j in pick]                      # one sample per lattice point: its id
+    ids = [f"r{i}" for i in range(len(pick))]
+    fi = {"name": "fake-image", "modality": "image", "dim": E.shape[1], "pooling": "mean", "weights_hash": "i1"}
+    ft = {"name": "fake-text", "modality": "text", "dim": E.shape[1], "pooling": "mean", "weights_hash": "t1"}
+    a = _write_cache(tmp_path / "img.safetensors", E[pick], ids, sids, fi, "image")
+    b = _write_cache(tmp_path / "txt.safetensors", E[pick] @ Q, [f"{i}#0" for i in ids], sids, ft, "text",
+                     texts=[f"c{i}" for i in range(len(pick))])
+    r = _run(["align", "fit", "-m", "pairfree", "--matcher", "lattice", "--cards", "3,2,3", "-a", str(a), "-b", str(b),
+              "--out", str(tmp_path / "L"), "--json"])
+    assert r.exit_code == 0, r.output
+    s = json.loads(r.output)
+    assert s["pairfree"]["match_accuracy_diagnostic"] == 1.0 and s["pairing"]["matcher"] == "lattice"
+    r = _run(["align", "fit", "-m", "pairfree", "--matcher", "lattice", "-a", str(a), "-b", str(b),
+              "--out", str(tmp_path / "L2")])
+    assert isinstance(r.exception, CaptionerError) and "--cards" in str(r.exception)

@@ -110,13 +110,20 @@ def test_the_random_floor_pools_every_random_rotation_of_every_seed():
         rows += [row("ntp", "random", seed, 40.0 + 2 * r + seed, random_seed=r) for r in range(4)]
         rows.append(row("ntp", "pairfree-disjoint", seed, 52.0))
     rnd = [40.0 + 2 * r + seed for seed in (0, 1) for r in range(4)]   # 8 draws: mean 43.5
-    f = targets(rows)["baselines_at_random_floor"]["ntp/cider_x100"]
+    f = targets(rows)["baselines_at_random_floor"]["pairfree-disjoint/ntp/cider_x100"]
     assert f["random_mean"] == pytest.approx(43.5) and f["random_std"] == pytest.approx(np.std(rnd, ddof=1))
     assert f["met"] is False                                            # 52 > 43.5 + 2 x 2.39
     e = next(e for e in aggregate(rows) if e["rotation"] == "random")
     assert e["cider_x100"]["n"] == 8 and e["seeds"] == [0, 0, 0, 0, 1, 1, 1, 1]
     res = {"preset": "quick", "seeds": [0, 1], "table": aggregate(rows), "targets": targets(rows)}
     assert "| next-token LM, mean-pooled | random rotation (8 draws) |" in format_table(res)
+    # every pair-free rotation on disjoint scenes is checked against the same floor, each in its own line
+    rows += [row("ntp", "lattice-disjoint", seed, 44.0) for seed in (0, 1)]
+    t = targets(rows)["baselines_at_random_floor"]
+    assert t["lattice-disjoint/ntp/cider_x100"]["met"] is True and t["pairfree-disjoint/ntp/cider_x100"]["met"] is False
+    text = format_table({"preset": "quick", "seeds": [0, 1], "table": aggregate(rows), "targets": targets(rows)})
+    assert ("- ntp/cider_x100 pair-free lattice (disjoint scenes) 44.000, 44.000 vs random 43.500 +- "
+            f"{np.std(rnd, ddof=1):.3f} (target: not above random + 2 std) -> met") in text
 
 
 def test_held_out_residual_known_answers():

@@ -142,17 +142,22 @@ class _CacheSource:
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
               help="Unpaired methods: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
-@click.option("--matcher", type=click.Choice(["auto", "ours", "anneal", "rosetta", "wp", "gw"]), default="auto",
+@click.option("--matcher", type=click.Choice(["auto", "ours", "anneal", "rosetta", "lattice", "wp", "gw"]),
+              default="auto",
               show_default=True,
               help="pairfree: PCA sign search + ICP (ours), annealed soft assignment from ours' sign patterns "
                    "(anneal; high noise), cluster-QAP starts + CSLS self-learning (rosetta; noisy or partly "
                    "overlapping clouds), coarse-to-fine Wasserstein-Procrustes (wp), POT's entropic "
-                   "Gromov-Wasserstein (gw), or auto (ours; when its check fails anneal, then rosetta unless "
-                   "anneal is clearly better; the best held-out score wins).")
+                   "Gromov-Wasserstein (gw), lattice (images and captions of different scenes that share an "
+                   "attribute lattice; needs --cards), or auto (ours; when its check fails anneal, then rosetta "
+                   "unless anneal is clearly better; the best held-out score wins).")
+@click.option("--cards", default=None,
+              help="lattice matcher: the number of values of each attribute, e.g. 6,2,3,3,3 for the world "
+                   "(colour, size, column, row, background).")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, seed,
-            as_json):
+def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, cards,
+            seed, as_json):
     """Fit a map from the image cache's space to the text cache's space and save it.
 
     Paired kinds use the pairs (rows with the same sample id); pairfree uses no pairing information at all:
@@ -167,7 +172,7 @@ def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, te
             "datasets": {"image": _describe(img)["dataset"], "text": _describe(txt)["dataset"]},
             "caches": {"image": _describe(img), "text": _describe(txt)}}
     given = {"scale": scale, "dim": dim, "shared": shared, "alpha": alpha, "matcher": matcher, "seed": seed,
-             "progress": not as_json, "max": None}
+             "progress": not as_json, "max": None, "cards": cards}
     src = _CacheSource(img, txt, meta, reduce, text_rows, as_json)
     t0 = time.time()
     report: dict = {}

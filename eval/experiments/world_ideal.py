@@ -22,7 +22,6 @@ at three skews.
 from __future__ import annotations
 
 import argparse
-import itertools
 import os
 import sys
 import time
@@ -50,17 +49,10 @@ FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (e
 
 def ideal_codes(values) -> tuple[np.ndarray, np.ndarray]:
     """(scenes (S, A) value indices, codes (S, d)): every scene's one-hot attribute code, centred and whitened
-    over the uniform world (d = sum(values) - len(values))."""
-    scenes = np.array(list(itertools.product(*[range(v) for v in values])))
-    onehot = np.zeros((len(scenes), sum(values)))
-    off = 0
-    for a, v in enumerate(values):
-        onehot[np.arange(len(scenes)), off + scenes[:, a]] = 1.0
-        off += v
-    C = onehot - onehot.mean(0)
-    _, s, Vt = np.linalg.svd(C, full_matrices=False)
-    r = int((s > 1e-8 * s[0]).sum())
-    return scenes, C @ Vt[:r].T / s[:r] * np.sqrt(len(C))
+    over the uniform world (``alignment.lattice.ideal_lattice``)."""
+    from alignment.lattice import ideal_lattice
+
+    return ideal_lattice(values)
 
 
 def run(values, ratios, setting: str = "disjoint", noise: float = 0.2, seed: int = 0, method: str = "ours") -> dict:

@@ -28,6 +28,9 @@ TEXT_ENCODERS = {
     "untrained": ("untrained text encoder", "world-untrained"),
     "minilm-l6": ("MiniLM-L6 (pretrained contrastive, reference)", "minilm-l6"),
 }
+# the number of values of each attribute (colour, size, column, row, background): the lattice matcher's one
+# piece of knowledge about the world besides the two unpaired clouds
+CARDS = "6,2,3,3,3"
 # key -> (rotation kind in captioner.rotations, its options, the data it is fitted on, table label)
 ROTATIONS = {
     "paired": ("paired", {}, "pairs", "paired Procrustes"),
@@ -35,6 +38,10 @@ ROTATIONS = {
     "pairfree-same": ("pairfree", {"matcher": "ours"}, "same", "pair-free ours (same scenes)"),
     "pairfree-uniform": ("pairfree", {"matcher": "ours"}, "uniform",
                          "pair-free ours (disjoint scenes, uniform prior: unidentifiable)"),
+    "lattice-disjoint": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "disjoint",
+                         "pair-free lattice (disjoint scenes)"),
+    "lattice-same": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "same",
+                     "pair-free lattice (same scenes)"),
     "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
     "random": ("random", {}, "same", "random rotation"),
 }

@@ -1,0 +1,131 @@
+"""The lattice matcher: two clouds of *different* items that share an additive attribute lattice."""
+import numpy as np
+import pytest
+
+from alignment.errors import AlignmentError
+from alignment.lattice import factorize, ideal_lattice, log_prior, match_lattice, parse_cards
+
+CARDS = (6, 2, 3, 3, 3)                # the world's colour, size, column, row, background
+SKEW = (0.78, 0.6, 0.7, 0.75, 0.65)    # value j of attribute a drawn with weight SKEW[a] ** j
+
+
+def _draw(scenes, rng, n, exclude=None):
+    w = np.prod([SKEW[a] ** scenes[:, a] for a in range(len(CARDS))], axis=0)
+    if exclude is not None:
+        w[exclude] = 0.0
+    return rng.choice(len(scenes), n, p=w / w.sum())
+
+
+def _clouds(noise=0.02, dim=20, seed=0):
+    """Images of one half of the lattice's points, captions of the other half (no scene in common), the
+    caption side one rotation (into a larger space), a scale and a shift away, with per-row noise."""
+    rng = np.random.default_rng(seed)
+    scenes, E = ideal_lattice(CARDS)
+    half = rng.permutation(len(scenes))[: len(scenes) // 2]
+    ix = _draw(scenes, rng, 1500, exclude=np.setdiff1d(np.arange(len(scenes)), half))
+    iy = _draw(scenes, rng, 1100, exclude=half)
+    Q = np.linalg.qr(rng.standard_normal((dim, dim)))[0][: E.shape[1]]     # (12, dim), orthonormal rows
+    X = E[ix] + noise * rng.standard_normal((len(ix), E.shape[1]))
+    Y = 0.5 * (E[iy] @ Q) + 3.0 + noise * rng.standard_normal((len(iy), dim))
+    return scenes, E, Q, ix, iy, X, Y
+
+
+def test_disjoint_scenes_recover_the_rotation():
+    scenes, E, Q, ix, iy, X, Y = _clouds()
+    assert not set(ix) & set(iy)
+    res = match_lattice(X, Y, "6,2,3,3,3")
+    got = res.rotation.transform(E)
+    want = 0.5 * (E @ Q) + 3.0
+    assert np.abs(got - want).max() < 0.05 * np.abs(want - want.mean(0)).max()
+    # every lattice point lands nearest its own caption-side image: the retrieval the captioner does
+    assert (np.argmin(((got[:, None] - want[None]) ** 2).sum(-1), 1) == np.arange(len(E))).all()
+    assert (res.perm == -1).all()                 # no image has a caption of its own scene
+    assert res.score > 0.99 and res.info["x"]["vertices"] == len(set(ix))
+
+
+def test_same_scenes_pair_every_row():
+    rng = np.random.default_rng(1)
+    scenes, E = ideal_lattice(CARDS)
+    ix = _draw(scenes, rng, 1200)
+    Q = np.linalg.qr(rng.standard_normal((12, 12)))[0]
+    order = rng.permutation(len(ix))
+    res = match_lattice(E[ix], E[ix[order]] @ Q, CARDS)
+    assert (ix[order][res.perm] == ix).all()
+
+
+def test_the_value_frequencies_agree_across_disjoint_collections():
+    """Raw value counts differ between two halves of the lattice; the log-linear theta does not."""
+    scenes, E, Q, ix, iy, X, Y = _clouds(noise=0.0)
+    tx, ty = log_prior(scenes[ix], CARDS), log_prior(scenes[iy], CARDS)
+    truth = [np.log(SKEW[a]) * np.arange(k) - np.log(SKEW[a]) * np.arange(k).mean() for a, k in enumerate(CARDS)]
+    for a in range(len(CARDS)):
+        assert np.abs(tx[a] - truth[a]).max() < 0.2 and np.abs(ty[a] - truth[a]).max() < 0.2
+
+
+def test_factorize_finds_the_true_labels_up_to_value_names():
+    scenes, E, Q, ix, iy, X, Y = _clouds(seed=2)
+    f = factorize(X, CARDS)
+    for a in range(len(CARDS)):
+        pairs = set(zip(f.labels[:, a].tolist(), scenes[ix, a].tolist()))
+        assert len(pairs) == CARDS[a]             # a one-to-one renaming of the true values
+
+
+def test_a_cloud_with_no_lattice_scores_low():
+    rng = np.random.default_rng(3)
+    res = match_lattice(rng.standard_normal((600, 12)), rng.standard_normal((500, 12)), (3, 2, 3))
+    assert res.score < 0.8
+
+
+@pytest.mark.parametrize("cards, msg", [("6,x,3", "comma-separated integers"), ("", "cardinalities"),
+                                        ("6,1,3", "at least 2 values"), ("40,40,40,40", "lattice points")])
+def test_bad_cards_one_line(cards, msg):
+    with pytest.raises(AlignmentError, match=msg) as e:
+        factorize(np.random.default_rng(0).standard_normal((50, 4)), cards)
+    assert "\n" not in str(e.value)
+
+
+def test_bad_clouds_one_line():
+    rng = np.random.default_rng(0)
+    X = rng.standard_normal((100, 8))
+    X[3, 2] = np.nan
+    with pytest.raises(AlignmentError, match="NaN"):
+        match_lattice(X, rng.standard_normal((100, 8)), CARDS)
+    with pytest.raises(AlignmentError, match="identical"):
+        factorize(np.ones((100, 8)), CARDS)
+    with pytest.raises(AlignmentError, match="distinct points"):
+        factorize(np.repeat(rng.standard_normal((5, 8)), 20, axis=0), CARDS)
+    assert parse_cards([3, 2]) == (3, 2)
+
+
+def test_pairfree_match_and_the_rotation_kind_route_to_it():
+    from alignment.pairfree import match
+    from captioner.errors import CaptionerError
+    from captioner.rotations import ArraySource, get_kind, key_params
+
+    scenes, E, Q, ix, iy, X, Y = _clouds(seed=4)
+    with pytest.raises(AlignmentError, match="cards"):
+        match(X, Y, method="lattice")
+    kind = get_kind("pairfree")
+    fitted = kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(matcher="lattice", cards="6,2,3,3,3",
+                                                                        max=None))
+    assert fitted.map.method == "lattice" and fitted.map.meta["pairfree"]["matcher"] == "lattice"
+    got, want = fitted.map.transform(E), 0.5 * (E @ Q) + 3.0
+    assert (np.argmin(((got[:, None] - want[None]) ** 2).sum(-1), 1) == np.arange(len(E))).all()
+    assert key_params("pairfree", matcher="lattice", cards="6,2,3,3,3")["cards"] == "6,2,3,3,3"
+    with pytest.raises(CaptionerError, match="lattice matcher"):
+        kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(matcher="ours", cards="6,2,3,3,3"))
+
+
+def test_the_world_chain_gives_the_world_cards():
+    from captioner.world.scenes import ATTRS
+    from eval.world.chain import CARDS as WORLD_CARDS
+
+    assert parse_cards(WORLD_CARDS) == tuple(len(v) for v in ATTRS.values()) == CARDS
+
+
+def test_the_answer_does_not_depend_on_row_order():
+    scenes, E, Q, ix, iy, X, Y = _clouds(seed=5)
+    rng = np.random.default_rng(0)
+    a = match_lattice(X, Y, CARDS)
+    b = match_lattice(X[rng.permutation(len(X))], Y[rng.permutation(len(Y))], CARDS)
+    assert np.allclose(a.rotation.transform(E), b.rotation.transform(E), atol=1e-5)
