@@ -174,6 +174,10 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
 
     ex = world_example(5, preset="quick")
     assert ex["image"].size == (160, 160) and ex["truth"] and ex["paired"] and ex["pairfree"]
+    from captioner.world.demo import world_pipeline
+
+    pf = world_pipeline("quick", 0).rotation("pairfree")         # the report's disjoint draw, lattice matcher
+    assert pf.method == "lattice" and pf.meta["pairfree"]["info"]["cards"] == [6, 2, 3, 3, 3]
 
     # the registry's encoders: the NTP read at its last token differs from its mean (same checkpoint)
     texts = ["A big red disc on the left.", "A small blue dot at the top."]

@@ -1,9 +1,12 @@
 """The demo's World tab: a random held-out scene of the JEPA world, its render, its caption through the
 paired and the pair-free rotation (the ``Pipeline`` of the world's image and text JEPAs, trained on the
-world's train split: the same code as for Tux Paint) and its true description."""
+world's train split: the same code as for Tux Paint; the pair-free map from the lattice matcher on renders
+and captions of disjoint train scenes, as in ``captioner world report``) and its true description."""
 from __future__ import annotations
 
 import threading
+
+import numpy as np
 
 _PIPES: dict = {}
 _LOCK = threading.Lock()
@@ -23,7 +26,25 @@ def world_pipeline(preset: str | None = None, seed: int = 0):
                                               train_set=get_dataset("world", "train", seed=seed),
                                               exclude=get_dataset("world", "test", seed=seed).captions(),
                                               decoder_corpus="bank", decoder_preset="tiny")
+            _PIPES[(preset, seed)].use_rotation("pairfree", _lattice_map(_PIPES[(preset, seed)], seed))
         return _PIPES[(preset, seed)]
+
+
+def _lattice_map(pipe, seed: int):
+    """The pair-free map of the report's disjoint setting (``eval.world.setting``): renders of one set of
+    train scenes, captions of a disjoint set, both drawn from the skewed prior (under the train split's
+    uniform counts no pair-free method can identify the rotation), matched by the lattice matcher."""
+    from captioner.rotations import ArraySource, get_kind
+    from captioner.world.scenes import CARDS
+    from eval.world.setting import setting
+
+    st = setting(seed)
+    xi, yi = np.unique(st.disjoint_images, return_inverse=True), np.unique(st.disjoint_captions,
+                                                                            return_inverse=True)
+    X = pipe.encode_images([st.train.samples[i].source() for i in xi[0]])[xi[1]]
+    Y = pipe.encoder("text").encode([st.bank[j] for j in yi[0]])[yi[1]]
+    kind = get_kind("pairfree")
+    return kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(matcher="lattice", cards=CARDS, max=None)).map
 
 
 def world_example(index: int | None = None, preset: str | None = None, seed: int = 0) -> dict:

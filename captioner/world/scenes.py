@@ -49,6 +49,7 @@ ATTRS = {"colour": list(COLOURS), "size": list(SIZES), "col": list(COLS), "row":
          "background": list(BACKGROUNDS)}
 CORRUPT = 0.15         # probability that one observation misreports one attribute (both modalities)
 LATENT_DIM = sum(len(v) - 1 for v in ATTRS.values())   # 12: the leading eigenspace of the view kernel
+CARDS = ",".join(str(len(v)) for v in ATTRS.values())   # "6,2,3,3,3": the lattice matcher's cards
 
 TEMPLATES = [
     "a {size} {colour} {noun} {col} {row} {bg}",

@@ -20,6 +20,10 @@ import time
 
 import numpy as np
 
+# CARDS: the number of values of each attribute (colour, size, column, row, background), the lattice
+# matcher's one piece of knowledge about the world besides the two unpaired clouds
+from captioner.world.scenes import CARDS
+
 # key -> (table label, registry encoder name)
 TEXT_ENCODERS = {
     "text-jepa": ("text JEPA (good views)", "world-text-jepa"),
@@ -28,9 +32,6 @@ TEXT_ENCODERS = {
     "untrained": ("untrained text encoder", "world-untrained"),
     "minilm-l6": ("MiniLM-L6 (pretrained contrastive, reference)", "minilm-l6"),
 }
-# the number of values of each attribute (colour, size, column, row, background): the lattice matcher's one
-# piece of knowledge about the world besides the two unpaired clouds
-CARDS = "6,2,3,3,3"
 # key -> (rotation kind in captioner.rotations, its options, the data it is fitted on, table label)
 ROTATIONS = {
     "paired": ("paired", {}, "pairs", "paired Procrustes"),
