@@ -229,3 +229,13 @@ def test_ideal_codes_are_whitened_and_the_ideal_world_aligns_on_same_scenes_only
     disjoint = run(values, ratios, "disjoint", seed=0)
     assert same["r_at_1"] == 1.0 and same["test_scenes"] == 130
     assert disjoint["r_at_1"] < 0.05
+
+
+def test_the_lattice_matcher_aligns_the_ideal_world_on_disjoint_scenes():
+    """Where every point matcher stays at chance (the test above): renders and captions of disjoint scenes of
+    the ideal lab world (milder prior, noise 0.05) are one rotation apart through their attribute lattice."""
+    from eval.experiments.world_ideal import WORLDS, run
+
+    values, ratios = WORLDS["lab (324 scenes), milder prior"]
+    res = run(values, ratios, "disjoint", noise=0.05, seed=0, method="lattice")
+    assert res["r_at_1"] == 1.0 and res["test_scenes"] == 130
