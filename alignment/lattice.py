@@ -98,7 +98,7 @@ def correspond(fx: LatticeFit, fy: LatticeFit, cards) -> list[tuple[int, np.ndar
             for a, p in enumerate(best)]
 
 
-def match_lattice(X, Y, cards, seed: int = 0, radius: float = VERTEX_RADIUS, **_ignored):
+def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS, **_ignored):
     """The rotation from X's space into Y's through the shared attribute lattice (module docstring).
 
     Returns a :class:`alignment.matching.MatchResult`: ``rotation`` (an affine isometry up to a global

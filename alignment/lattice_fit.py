@@ -83,12 +83,11 @@ def _unpack(coef: np.ndarray, cards) -> tuple[np.ndarray, list]:
     return coef[0], values
 
 
-def _fit(C: np.ndarray, cards, vals: np.ndarray, w=None) -> tuple[np.ndarray, float]:
-    """Least-squares coefficients of ``C ~ design(vals) @ coef`` (rows weighted by ``w``) and the error."""
+def _fit(C: np.ndarray, cards, vals: np.ndarray) -> tuple[np.ndarray, float]:
+    """Least-squares coefficients of ``C ~ design(vals) @ coef`` and the squared error."""
     A = _design(vals, cards)
-    sw = np.ones(len(C)) if w is None else np.sqrt(w)
-    coef = np.linalg.lstsq(A * sw[:, None], C * sw[:, None], rcond=None)[0]
-    r = (C - A @ coef) * sw[:, None]
+    coef = np.linalg.lstsq(A, C, rcond=None)[0]
+    r = C - A @ coef
     return coef, float((r * r).sum())
 
 
