@@ -53,8 +53,10 @@ True
 """
 from __future__ import annotations
 
+import hashlib
 import itertools
 import time
+from collections import OrderedDict
 
 import numpy as np
 
@@ -98,6 +100,25 @@ def correspond(fx: LatticeFit, fy: LatticeFit, cards) -> list[tuple[int, np.ndar
             for a, p in enumerate(best)]
 
 
+# the last few factorisations, by content: one image cloud matched against several text encoders (the world
+# report: five) is factorised once. A factorisation is a deterministic function of its key.
+_FITS: OrderedDict = OrderedDict()
+_FITS_KEPT = 4
+
+
+def _factorize_cached(Z: np.ndarray, cards, seed: int, radius: float) -> LatticeFit:
+    Z = np.ascontiguousarray(Z, np.float64)
+    key = (hashlib.sha256(Z.tobytes()).hexdigest(), Z.shape, tuple(cards), int(seed), float(radius))
+    if key in _FITS:
+        _FITS.move_to_end(key)
+        return _FITS[key]
+    fit = factorize(Z, cards, seed, radius)
+    _FITS[key] = fit
+    while len(_FITS) > _FITS_KEPT:
+        _FITS.popitem(last=False)
+    return fit
+
+
 def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS, **_ignored):
     """The rotation from X's space into Y's through the shared attribute lattice (module docstring).
 
@@ -113,9 +134,9 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
     cards = parse_cards(cards)
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y, np.float64)
-    fx = factorize(X, cards, seed, radius)
+    fx = _factorize_cached(X, cards, seed, radius)
     t1 = time.perf_counter()
-    fy = factorize(Y, cards, seed, radius)
+    fy = _factorize_cached(Y, cards, seed, radius)
     t2 = time.perf_counter()
 
     def procrustes(fx, fy):

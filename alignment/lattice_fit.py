@@ -127,13 +127,15 @@ def _vertices(Z: np.ndarray, radius: float, rng) -> tuple[np.ndarray, np.ndarray
 
 def _nearest(Z: np.ndarray, C: np.ndarray, chunk: int = 4096) -> np.ndarray:
     cn = (C * C).sum(1)
+    if len(Z) <= chunk:   # the common case (vertices): one block, no list to join
+        return np.argmin(cn[None] - 2 * Z @ C.T, 1)
     return np.concatenate([np.argmin(cn[None] - 2 * Z[s:s + chunk] @ C.T, 1) for s in range(0, len(Z), chunk)])
 
 
 def _kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.ndarray:
     """The best of ``inits`` k-means++ runs (labels; every label used when len(Z) >= k)."""
     best, best_loss = None, np.inf
-    n = len(Z)
+    n, dim = Z.shape
     for _ in range(inits):
         idx = [int(rng.integers(n))]
         d = ((Z - Z[idx[0]]) ** 2).sum(1)
@@ -148,8 +150,9 @@ def _kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.
                 break
             lab = new
             cnt = np.bincount(lab, minlength=k)
-            tot = np.zeros_like(c)
-            np.add.at(tot, lab, Z)
+            # per-cluster sums, row order kept (the same sums as np.add.at, several times faster)
+            tot = np.bincount((lab[:, None] * dim + np.arange(dim)).ravel(), weights=Z.ravel(),
+                              minlength=k * dim).reshape(k, dim)
             c = np.where(cnt[:, None] > 0, tot / np.maximum(cnt, 1)[:, None], c)
         loss = float(((Z - c[lab]) ** 2).sum())
         if loss < best_loss and len(np.unique(lab)) == min(k, n):

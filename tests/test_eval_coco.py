@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from captioner.errors import CaptionerError
-from eval.coco import read_results, score_captions, spice_available, write_results
+from eval.coco import cider_x100, read_results, score_captions, spice_available, write_results
 
 HAS_JAVA = shutil.which("java") is not None
 
@@ -81,6 +81,10 @@ def test_cider_matches_hand_computation_on_a_tiny_case():
     assert cider_pycoco(preds2, refs2) == pytest.approx((img1 + img2) / 2, rel=1e-12)
     assert score_captions(preds2, refs2, tokenized=True, meteor=False, spice="off")["CIDEr"] == \
         pytest.approx((img1 + img2) / 2, rel=1e-12)
+    # CIDEr alone (the world report's scorer): the same figure on the papers' x100 scale
+    assert cider_x100(preds2, refs2) == pytest.approx(100 * (img1 + img2) / 2, rel=1e-12)
+    with pytest.raises(CaptionerError, match="no predictions"):
+        cider_x100({}, {})
 
 
 def test_score_reports_both_cider_scales_and_skips_spice_with_a_note():

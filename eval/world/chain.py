@@ -212,7 +212,7 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
 def cider(rows: list[dict], test) -> None:
     """CIDEr (x100) of each row's retrieved (``cider_x100``) and decoded (``cider_decoded_x100``) captions
     against the test scenes' clean captions, in place; one PTB tokenisation (one Java start) for all."""
-    from eval.coco import score_captions, tokenize
+    from eval.coco import cider_x100, tokenize
 
     ids = [s.id for s in test.samples]
     texts = sorted({c for r in rows for k in ("captions", "decoded") for c in r.get(k, [])}
@@ -224,4 +224,4 @@ def cider(rows: list[dict], test) -> None:
         for key, out in (("captions", "cider_x100"), ("decoded", "cider_decoded_x100")):
             if key in r:
                 preds = {i: index[c] for i, c in zip(ids, r[key])}
-                r[out] = score_captions(preds, refs, spice="off", meteor=False, tokenized=True)["CIDEr_x100"]
+                r[out] = cider_x100(preds, refs)
