@@ -106,7 +106,8 @@ _FITS: OrderedDict = OrderedDict()
 _FITS_KEPT = 4
 
 
-def _factorize_cached(Z: np.ndarray, cards, seed: int, radius: float) -> LatticeFit:
+def factorize_cached(Z: np.ndarray, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> LatticeFit:
+    """:func:`factorize`, reusing one of the last few answers for the same array content and options."""
     Z = np.ascontiguousarray(Z, np.float64)
     key = (hashlib.sha256(Z.tobytes()).hexdigest(), Z.shape, tuple(cards), int(seed), float(radius))
     if key in _FITS:
@@ -119,6 +120,38 @@ def _factorize_cached(Z: np.ndarray, cards, seed: int, radius: float) -> Lattice
     return fit
 
 
+def random_correspondence(cards, rng) -> list[tuple[int, np.ndarray, np.ndarray]]:
+    """A correspondence in :func:`correspond`'s form drawn at random: equal-cardinality attributes paired
+    and values ordered by chance. The lattice matcher's own null: its rotation maps value vectors onto value
+    vectors whatever the correspondence, so it knows more than a random rotation does (the cards alone
+    pair the 6-valued attribute with the 6-valued one)."""
+    cards = parse_cards(cards)
+    perm = list(range(len(cards)))
+    for k in set(cards):
+        idx = [a for a in range(len(cards)) if cards[a] == k]
+        for a, p in zip(idx, rng.permutation(idx)):
+            perm[a] = int(p)
+    return [(perm[a], rng.permutation(k), rng.permutation(k)) for a, k in enumerate(cards)]
+
+
+def lattice_rotation(fx: LatticeFit, fy: LatticeFit, corr) -> tuple:
+    """(Rotation, value misfit): orthogonal Procrustes with a global scale between the value vectors that
+    ``corr`` (:func:`correspond`) matches, offsets as the two lattice centres; the misfit is the share of
+    Y's value-vector energy the rotated X values miss."""
+    from alignment.procrustes import Rotation, _svd
+
+    P = np.vstack([fx.values[a][ox] for a, (_, ox, _) in enumerate(corr)])
+    Q = np.vstack([fy.values[p][oy] for p, _, oy in corr])
+    U, s, Vt = _svd(P.T @ Q)
+    r = min(len(s), P.shape[1], Q.shape[1])
+    R = U[:, :r] @ Vt[:r]
+    scale = float(s[:r].sum() / max((P * P).sum(), 1e-30))
+    misfit = float(((P @ R * scale - Q) ** 2).sum() / max((Q * Q).sum(), 1e-30))
+    rot = Rotation("lattice", fx.offset.astype(np.float32), fy.offset.astype(np.float32), R.astype(np.float32),
+                   None, None, scale, {})
+    return rot, misfit
+
+
 def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS, **_ignored):
     """The rotation from X's space into Y's through the shared attribute lattice (module docstring).
 
@@ -128,31 +161,18 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
     smaller of the two sides' lattice R^2) and ``info`` (both factorisations' fit, theta, the
     correspondence, timings)."""
     from alignment.matching import MatchResult
-    from alignment.procrustes import Rotation, _svd
 
     t0 = time.perf_counter()
     cards = parse_cards(cards)
     X = np.asarray(X, np.float64)
     Y = np.asarray(Y, np.float64)
-    fx = _factorize_cached(X, cards, seed, radius)
+    fx = factorize_cached(X, cards, seed, radius)
     t1 = time.perf_counter()
-    fy = _factorize_cached(Y, cards, seed, radius)
+    fy = factorize_cached(Y, cards, seed, radius)
     t2 = time.perf_counter()
 
-    def procrustes(fx, fy):
-        corr = correspond(fx, fy, cards)
-        P = np.vstack([fx.values[a][ox] for a, (_, ox, _) in enumerate(corr)])
-        Q = np.vstack([fy.values[p][oy] for p, _, oy in corr])
-        U, s, Vt = _svd(P.T @ Q)
-        r = min(len(s), P.shape[1], Q.shape[1])
-        R = U[:, :r] @ Vt[:r]
-        scale = float(s[:r].sum() / max((P * P).sum(), 1e-30))
-        misfit = float(((P @ R * scale - Q) ** 2).sum() / max((Q * Q).sum(), 1e-30))
-        return misfit, corr, R, scale
-
-    misfit, corr, R, scale = procrustes(fx, fy)
-    rot = Rotation("lattice", fx.offset.astype(np.float32), fy.offset.astype(np.float32), R.astype(np.float32),
-                   None, None, scale, {})
+    corr = correspond(fx, fy, cards)
+    rot, misfit = lattice_rotation(fx, fy, corr)
     # rows: X value combination in Y's attribute order and value names
     yval = np.zeros_like(fx.labels)
     for a, (p, ox, oy) in enumerate(corr):

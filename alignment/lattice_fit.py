@@ -287,6 +287,33 @@ def _edge_start(C, cards, big_labels, tau_mult, cos_same, rng):
     return vals
 
 
+def _distinct_points(Z: np.ndarray, cards, radius: float, rng) -> tuple[np.ndarray, np.ndarray]:
+    """(row -> vertex, vertices in the principal subspace): the rows merged into distinct points (at most
+    one per lattice point), independent of the rows' order."""
+    n_par = 1 + sum(k - 1 for k in cards)
+    # an additive lattice spans n_par - 1 dimensions: its labels are found in the cloud's leading principal
+    # subspace of that size (what lies outside is noise for the lattice), its vectors then in the full space
+    Zc = Z - Z.mean(0)
+    if Z.shape[1] > n_par - 1:
+        V = np.linalg.svd(Zc, full_matrices=False)[2][: n_par - 1]
+        # each axis' sign fixed by its largest loading: the SVD's sign is arbitrary and can change with the
+        # rows' order, and the vertex and k-means steps visit rows in lexicographic order of these coordinates
+        V *= np.sign(V[np.arange(len(V)), np.abs(V).argmax(1)])[:, None]
+        Zs = Zc @ V.T
+    else:
+        Zs = Zc
+    rows_v, C, _ = _vertices(Zs, radius * float(np.sqrt((Zs * Zs).sum(1).mean())), rng)
+    n_points = int(np.prod(cards))
+    if len(C) > n_points:   # more distinct points than the lattice has: no lattice at this radius; k-means,
+        # on the rows in lexicographic order (k-means++ draws rows by index: a shuffle would change the answer)
+        order = np.lexsort(Zs.T[::-1])
+        lab = np.empty(len(Zs), int)
+        lab[order] = _kmeans(Zs[order], n_points, rng, inits=1, iters=20)
+        rows_v = np.unique(lab, return_inverse=True)[1]
+        C = np.stack([Zs[rows_v == j].mean(0) for j in range(rows_v.max() + 1)])
+    return rows_v, C
+
+
 def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> LatticeFit:
     """Label every row of ``Z`` with one value per attribute (``cards`` values each) so that the vertices
     are an additive lattice in least squares (module docstring, step 1); the log-linear value frequencies
@@ -305,15 +332,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
     if rms == 0:
         raise AlignmentError("lattice: all rows are identical; there is no lattice to find")
     n_par = 1 + sum(k - 1 for k in cards)
-    # an additive lattice spans n_par - 1 dimensions: its labels are found in the cloud's leading principal
-    # subspace of that size (what lies outside is noise for the lattice), its vectors then in the full space
-    Zc = Z - Z.mean(0)
-    Zs = Zc @ np.linalg.svd(Zc, full_matrices=False)[2][: n_par - 1].T if Z.shape[1] > n_par - 1 else Zc
-    rows_v, C, _ = _vertices(Zs, radius * float(np.sqrt((Zs * Zs).sum(1).mean())), rng)
-    n_points = int(np.prod(cards))
-    if len(C) > n_points:   # more distinct points than the lattice has: no lattice at this radius; k-means
-        rows_v = np.unique(_kmeans(Zs, n_points, rng, inits=1, iters=20), return_inverse=True)[1]
-        C = np.stack([Zs[rows_v == j].mean(0) for j in range(rows_v.max() + 1)])
+    rows_v, C = _distinct_points(Z, cards, radius, rng)
     if len(C) <= n_par:
         raise AlignmentError(f"lattice: {len(C)} distinct points for a lattice of {n_par} parameters (cards "
                              f"{','.join(map(str, cards))}); this side needs more distinct items")

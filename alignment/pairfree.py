@@ -70,10 +70,11 @@ from alignment.neighbours import (  # noqa: F401
 from alignment.procrustes import _svd
 
 # The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
-# fallback and held-out trust check). Cached pair-free maps and the tables built from them carry it in their
-# keys (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of
-# reading a stale answer.
-MATCHER_VERSION = 2
+# fallback and held-out trust check; 3: the lattice factorisation made independent of the rows' order).
+# Cached pair-free maps and the tables built from them carry it in their keys
+# (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of reading a
+# stale answer.
+MATCHER_VERSION = 3
 
 # "auto" accepts the PCA/ICP answer outright when at least AUTO_SURE_MUTUAL of the rows (of the smaller side)
 # are mutual nearest neighbours under its rotation; from AUTO_TRUST_MUTUAL up, only when its held-out score

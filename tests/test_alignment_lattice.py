@@ -129,3 +129,51 @@ def test_the_answer_does_not_depend_on_row_order():
     a = match_lattice(X, Y, CARDS)
     b = match_lattice(X[rng.permutation(len(X))], Y[rng.permutation(len(Y))], CARDS)
     assert np.allclose(a.rotation.transform(E), b.rotation.transform(E), atol=1e-5)
+
+
+def test_a_cloud_with_more_points_than_the_lattice_does_not_depend_on_row_order():
+    # 900 rows of 3 x 2 x 4 = 24 lattice points in 20 dimensions, noisy enough that the vertex step finds more
+    # than 24 distinct points and k-means reduces them: that path (and the principal axes' signs) must give
+    # the same partition of the rows for any row order
+    cards = (3, 2, 4)
+    rng = np.random.default_rng(7)
+    scenes, E = ideal_lattice(cards)
+    Q = np.linalg.qr(rng.standard_normal((20, 20)))[0][: E.shape[1]]
+    X = E[rng.integers(0, len(E), 900)] @ Q + 0.35 * rng.standard_normal((900, 20))
+    perm = rng.permutation(900)
+    a, b = factorize(X, cards), factorize(X[perm], cards)
+    assert a.vertices == b.vertices == 24
+    for k in range(len(cards)):   # value names are arbitrary: the pairs (a's value, b's value) are a renaming
+        assert len(set(zip(a.labels[perm, k], b.labels[:, k]))) == cards[k]
+
+
+def test_random_correspondence_pairs_equal_cardinalities_and_permutes_values():
+    from alignment.lattice import random_correspondence
+
+    rng = np.random.default_rng(0)
+    seen = set()
+    for _ in range(30):
+        corr = random_correspondence(CARDS, rng)
+        assert sorted(p for p, _, _ in corr) == list(range(len(CARDS)))
+        for a, (p, ox, oy) in enumerate(corr):
+            assert CARDS[p] == CARDS[a]
+            assert sorted(ox) == sorted(oy) == list(range(CARDS[a]))
+        seen.add(tuple(p for p, _, _ in corr))
+    assert len(seen) > 1            # the three 3-valued attributes are paired in more than one way
+
+
+def test_lattice_rotation_of_the_found_correspondence_is_the_matchers_rotation():
+    from alignment.lattice import correspond, factorize_cached, lattice_rotation, random_correspondence
+
+    scenes, E, Q, ix, iy, X, Y = _clouds(seed=2)
+    res = match_lattice(X, Y, CARDS)
+    fx, fy = factorize_cached(X, CARDS), factorize_cached(Y, CARDS)
+    rot, misfit = lattice_rotation(fx, fy, correspond(fx, fy, CARDS))
+    assert np.allclose(rot.transform(E), res.rotation.transform(E), atol=1e-6)
+    assert misfit < 0.01
+    # a random correspondence sends most lattice points onto other lattice points (on an ideal lattice a
+    # value permutation is itself an isometry, so its misfit is no guide: only the frequencies tell them apart)
+    wrong, _ = lattice_rotation(fx, fy, random_correspondence(CARDS, np.random.default_rng(1)))
+    A, B = wrong.transform(E), res.rotation.transform(E)
+    nearest = ((A[:, None] - B[None]) ** 2).sum(-1).argmin(1)
+    assert np.mean(nearest == np.arange(len(E))) < 0.5
