@@ -239,3 +239,23 @@ def test_the_lattice_matcher_aligns_the_ideal_world_on_disjoint_scenes():
     values, ratios = WORLDS["lab (324 scenes), milder prior"]
     res = run(values, ratios, "disjoint", noise=0.05, seed=0, method="lattice")
     assert res["r_at_1"] == 1.0 and res["test_scenes"] == 130
+
+
+def test_the_lattice_null_summary_known_answers():
+    # eval.experiments.world_lattice_floor's summary: mean +- std per kind, z of each found row against the
+    # random correspondences (sample std, ddof 1)
+    from eval.experiments.world_lattice_floor import summary, table
+
+    rows = [{"text": "ntp", "kind": "found", "cider_x100": 60.0, "zeroshot_mean": 0.4},
+            {"text": "ntp", "kind": "found", "cider_x100": 50.0, "zeroshot_mean": 0.3}]
+    rows += [{"text": "ntp", "kind": "random correspondence", "cider_x100": v, "zeroshot_mean": 0.3 + d}
+             for v, d in ((48.0, 0.0), (52.0, 0.1))]
+    rows += [{"text": "ntp", "kind": "random rotation", "cider_x100": 50.0, "zeroshot_mean": 0.3}] * 2
+    (s,) = summary(rows)
+    sd = np.std([48.0, 52.0], ddof=1)                      # 2.83
+    assert s["cider_x100/found"] == pytest.approx([55.0, np.std([60.0, 50.0], ddof=1)])
+    assert s["cider_x100/random correspondence"] == pytest.approx([50.0, sd])
+    assert s["cider_x100/random rotation"] == pytest.approx([50.0, 0.0])
+    assert s["cider_x100/z_found"] == pytest.approx([10.0 / sd, 0.0])
+    assert s["zeroshot_mean/z_found"] == pytest.approx([0.05 / np.std([0.3, 0.4], ddof=1), -0.05 / np.std([0.3, 0.4], ddof=1)])
+    assert "| ntp | cider_x100 | 55.0 +- 7.1 | 50.0 +- 2.8 | 50.0 +- 0.0 | +3.5, +0.0 |" in table([s])

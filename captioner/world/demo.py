@@ -35,7 +35,7 @@ def _lattice_map(pipe, seed: int):
     train scenes, captions of a disjoint set, both drawn from the skewed prior (under the train split's
     uniform counts no pair-free method can identify the rotation), matched by the lattice matcher."""
     from captioner.rotations import ArraySource, get_kind
-    from captioner.world.scenes import CARDS
+    from eval.world.chain import ROTATIONS
     from eval.world.setting import setting
 
     st = setting(seed)
@@ -43,8 +43,9 @@ def _lattice_map(pipe, seed: int):
                                                                             return_inverse=True)
     X = pipe.encode_images([st.train.samples[i].source() for i in xi[0]])[xi[1]]
     Y = pipe.encoder("text").encode([st.bank[j] for j in yi[0]])[yi[1]]
-    kind = get_kind("pairfree")
-    return kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(matcher="lattice", cards=CARDS, max=None)).map
+    name, opts, _, _ = ROTATIONS["lattice-disjoint"]     # the report's pair-free rotation, its options
+    kind = get_kind(name)
+    return kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(**opts)).map
 
 
 def world_example(index: int | None = None, preset: str | None = None, seed: int = 0) -> dict:
