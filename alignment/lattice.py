@@ -122,9 +122,10 @@ def factorize_cached(Z: np.ndarray, cards, seed: int = 0, radius: float = VERTEX
 
 def random_correspondence(cards, rng) -> list[tuple[int, np.ndarray, np.ndarray]]:
     """A correspondence in :func:`correspond`'s form drawn at random: equal-cardinality attributes paired
-    and values ordered by chance. The lattice matcher's own null: its rotation maps value vectors onto value
-    vectors whatever the correspondence, so it knows more than a random rotation does (the cards alone
-    pair the 6-valued attribute with the 6-valued one)."""
+    and values ordered by chance. The lattice matcher's own chance level: whatever the correspondence, its
+    rotation maps value vectors onto value vectors, and the cards alone pair the 6-valued attribute with the
+    6-valued one, so a random rotation is not its null (on the world the two score alike:
+    ``eval.experiments.world_lattice_floor``)."""
     cards = parse_cards(cards)
     perm = list(range(len(cards)))
     for k in set(cards):
