@@ -107,9 +107,11 @@ _FITS_KEPT = 4
 
 
 def factorize_cached(Z: np.ndarray, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> LatticeFit:
-    """:func:`factorize`, reusing one of the last few answers for the same array content and options."""
+    """:func:`factorize`, reusing one of the last few answers for the same array content and options
+    (``cards`` as parsed: ``"6,2,3,3,3"`` and ``(6, 2, 3, 3, 3)`` are one key)."""
     Z = np.ascontiguousarray(Z, np.float64)
-    key = (hashlib.sha256(Z.tobytes()).hexdigest(), Z.shape, tuple(cards), int(seed), float(radius))
+    cards = parse_cards(cards)
+    key = (hashlib.sha256(Z.tobytes()).hexdigest(), Z.shape, cards, int(seed), float(radius))
     if key in _FITS:
         _FITS.move_to_end(key)
         return _FITS[key]

@@ -168,6 +168,7 @@ def test_lattice_rotation_of_the_found_correspondence_is_the_matchers_rotation()
     scenes, E, Q, ix, iy, X, Y = _clouds(seed=2)
     res = match_lattice(X, Y, CARDS)
     fx, fy = factorize_cached(X, CARDS), factorize_cached(Y, CARDS)
+    assert factorize_cached(X, ",".join(map(str, CARDS))) is fx     # the world's string form: the same key
     rot, misfit = lattice_rotation(fx, fy, correspond(fx, fy, CARDS))
     assert np.allclose(rot.transform(E), res.rotation.transform(E), atol=1e-6)
     assert misfit < 0.01
