@@ -52,9 +52,9 @@ def seed_rows(seed: int, draws: int, preset: str = "lab", text=TEXT) -> list[dic
         ctx = text_context(world_name(TEXT_ENCODERS[tk][1], preset, seed), st)
         Yd = ctx["Y"][st.disjoint_captions]
         # the report's own fit (rows shuffled apart by the pairfree kind), then its two factorisations again
-        kind, opts, _, _ = ROTATIONS["lattice-disjoint"]
-        k = get_kind(kind)
-        fitted = k.fit(ArraySource(meta={}, X=Xd, Y=Yd), **k.options(**opts))
+        rot_name, opts, _, _ = ROTATIONS["lattice-disjoint"]
+        rot_kind = get_kind(rot_name)
+        fitted = rot_kind.fit(ArraySource(meta={}, X=Xd, Y=Yd), **rot_kind.options(**opts))
         fx = factorize_cached(Xd[fitted.extra["xi"]], CARDS)
         fy = factorize_cached(Yd[fitted.extra["yi"]], CARDS)
         maps = [("found", fitted.map)]
