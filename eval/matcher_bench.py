@@ -23,14 +23,18 @@ import numpy as np
 from alignment._checks import blas_threads
 
 
-def make_problem(n: int, d: int, alpha: float = 1.0, noise: float = 0.05, seed: int = 0, overlap: float = 1.0):
+def make_problem(n: int, d: int, alpha: float = 1.0, noise: float = 0.05, seed: int = 0, overlap: float = 1.0,
+                 draw_seed: int | None = None):
     """X (n, d) float32, shuffled Y (n, d) float32, true (n,) with Y[true[i]] the copy of X[i] (-1: X row i has
-    no copy in Y, at overlap < 1), Q (d, d)."""
+    no copy in Y, at overlap < 1), Q (d, d). ``draw_seed``: draw the rows from this seed instead, keeping
+    ``seed``'s basis and Q (a fresh sample of the same problem)."""
     rng = np.random.default_rng(seed)
     lam = np.arange(1, d + 1, dtype=np.float64) ** -float(alpha)
     with blas_threads(1):
         basis = np.linalg.qr(rng.standard_normal((d, d)))[0]
         Q = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    if draw_seed is not None:
+        rng = np.random.default_rng(draw_seed)
     X = (rng.standard_normal((n, d)) * np.sqrt(lam)) @ basis
     nc = int(round(overlap * n))
     src = X

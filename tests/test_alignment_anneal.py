@@ -88,3 +88,21 @@ def test_matcher_ceiling_noise_2_data_prefers_the_wrong_answer():
     assert r["truth"]["accuracy"] > 0.99 and 0.8 < r["found"]["accuracy"] < 0.95
     assert r["found"]["cost"] < r["truth"]["cost"] and r["found"]["heldout"] > r["truth"]["heldout"]
     assert r["data_prefers_found"]
+
+
+def test_paired_column_fits_on_a_fresh_draw_of_the_same_problem():
+    """The ceiling experiment's 'paired' column: a rotation from known pairs of a fresh draw (same basis and
+    Q) is exact at low noise, far below the true rotation with few pairs at high noise, and near it with many."""
+    import numpy as np
+
+    from eval.experiments.matcher_ceiling import paired_accuracy
+    from eval.matcher_bench import oracle
+
+    X, Y, true, Q = make_problem(300, 16, noise=0.05, seed=3)
+    X2, Y2, _, Q2 = make_problem(300, 16, noise=0.05, seed=3, draw_seed=7)
+    assert np.array_equal(Q, Q2) and not np.array_equal(X, X2)
+    assert paired_accuracy(X, Y, true, 300, 16, 0.05, 3) == 1.0
+    X, Y, true, Q = make_problem(400, 32, noise=2.0, seed=3)
+    truth = oracle(X, Y, true, Q)["assignment"]
+    assert paired_accuracy(X, Y, true, 100, 32, 2.0, 3) < truth - 0.1
+    assert abs(paired_accuracy(X, Y, true, 4000, 32, 2.0, 3) - truth) < 0.03

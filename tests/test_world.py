@@ -170,11 +170,12 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     assert sec.startswith("## The JEPA world") and "| text JEPA (good views) | paired Procrustes |" in sec
 
     # the demo's World tab: a held-out scene, its render, captions through both rotations, its description
-    from captioner.world.demo import world_example
+    from captioner.world.demo import world_example, world_pipeline
 
     ex = world_example(5, preset="quick")
     assert ex["image"].size == (160, 160) and ex["truth"] and ex["paired"] and ex["pairfree"]
-    from captioner.world.demo import world_pipeline
+    bank = set(world_pipeline("quick", 0).bank().texts)      # decoded captions; the nearest train ones beside
+    assert set(ex["nearest"]) == {"paired", "pairfree"} and set(ex["nearest"].values()) <= bank
 
     pf = world_pipeline("quick", 0).rotation("pairfree")         # the report's disjoint draw, lattice matcher
     assert pf.method == "lattice" and pf.meta["pairfree"]["info"]["cards"] == [6, 2, 3, 3, 3]
@@ -259,3 +260,36 @@ def test_the_lattice_null_summary_known_answers():
     assert s["cider_x100/z_found"] == pytest.approx([10.0 / sd, 0.0])
     assert s["zeroshot_mean/z_found"] == pytest.approx([0.05 / np.std([0.3, 0.4], ddof=1), -0.05 / np.std([0.3, 0.4], ddof=1)])
     assert "| ntp | cider_x100 | 55.0 +- 7.1 | 50.0 +- 2.8 | 50.0 +- 0.0 | +3.5, +0.0 |" in table([s])
+
+
+def test_read_caption_round_trips_every_template_and_reads_whole_words():
+    from dataclasses import asdict
+
+    from captioner.world.scenes import TEMPLATES, all_scenes, describe, read_caption
+
+    scenes = all_scenes()
+    for i, s in enumerate(scenes[::7]):
+        for k in range(3 * len(TEMPLATES)):
+            assert read_caption(describe(s, seed=1000 * i + k, corrupt=0)) == asdict(s)
+    # "coloured" holds "red"; the first phrase of an attribute wins; an absent attribute is None
+    got = read_caption("One tiny disc coloured amber, to the left, big and green.")
+    assert got == {"colour": "orange", "size": "small", "col": "left", "row": None, "background": None}
+
+
+def test_named_right_counts_each_attribute_and_all_five():
+    from types import SimpleNamespace
+
+    from eval.experiments.world_decode_input import named_right
+
+    samples = [SimpleNamespace(label="small-yellow-top-right-grey"), SimpleNamespace(label="large-red-bottom-left-black")]
+    caps = ["A small yellow disc at the top on the right on a grey background.",
+            "A huge red dot at the bottom on the right against a pale backdrop."]
+    got = named_right(caps, samples)
+    assert got == {"all": 0.5, "colour": 1.0, "size": 1.0, "col": 0.5, "row": 1.0, "background": 0.5}
+
+
+def test_world_decode_refuses_an_unknown_input():
+    from eval.world.chain import decode
+
+    with pytest.raises(ValueError, match="'rotation' or 'projection'"):
+        decode(None, np.zeros((1, 12), np.float32), {}, how="nearest")

@@ -111,6 +111,22 @@ def describe(scene: Scene, seed: int = 0, corrupt: float = CORRUPT) -> str:
     return s[0].upper() + s[1:] + "."
 
 
+def read_caption(text: str) -> dict:
+    """The scene a caption names, read with the world's own words: {attribute: value or None} for colour,
+    size, col, row, background (the value whose phrase occurs first; None when no phrase of that attribute
+    occurs). ``describe`` and every template round-trip: ``read_caption(describe(s, corrupt=0))`` is ``s``."""
+    import re
+
+    low = text.lower()
+    words = {"colour": COLOURS, "size": SIZES, "col": COLS, "row": ROWS, "background": BACKGROUNDS}
+    out = {}
+    for attr, table in words.items():
+        hits = [(m.start(), v) for v, (_, phrases) in table.items() for p in phrases
+                for m in [re.search(rf"\b{re.escape(p)}\b", low)] if m]   # whole words: "coloured" is not red
+        out[attr] = min(hits)[1] if hits else None
+    return out
+
+
 def captions(scene: Scene, n: int, seed: int = 0, corrupt: float = CORRUPT) -> list[str]:
     """``n`` distinct captions (observations) of ``scene``."""
     out, k = [], 0

@@ -33,12 +33,12 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
-    from eval.world.chain import DECODER, RANDOM_ROTATIONS, cider, run_seed
+    from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
     from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
 
     key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
-           "decoder": DECODER, "random_rotations": random_rotations or RANDOM_ROTATIONS,
+           "decoder": DECODER, "decode_input": DECODE_INPUT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
            "matcher_version": MATCHER_VERSION}
     path = out / f"seed-{seed}.json"
     if path.is_file():

@@ -1,0 +1,147 @@
+"""What should the world's text-only decoder read: the rotated render, or DeCap's projection onto the bank?
+
+The world's caption bank holds the train scenes' captions only, and the val / test scenes are other scenes
+(``captioner.world.data``: a seeded 60 / 10 / 30 % split of the 324 scenes). So the top retrieved caption of
+a held-out render always names at least one attribute wrong, and DeCap's projection (the softmax-weighted
+mean of bank embeddings) pulls the decoder's input towards those same train scenes. This experiment decodes
+the *val* renders (never the test split) of each seed through the paired and the pair-free (lattice,
+disjoint scenes) rotation of the text JEPA, with the decoder reading
+
+- ``projection@T``: DeCap's projection at temperature T (the report used 0.03);
+- ``rotation``: the rotated render itself, put at a caption's radius (``captioner.retrieval.onto_manifold``);
+
+and the top retrieved caption beside them. For each it prints how often the caption names every one of the
+five attributes right (read with ``captioner.world.scenes.read_caption``), each attribute's rate, and CIDEr
+(x100) against the val scenes' clean captions. ``eval.world.chain.DECODE_INPUT`` is the winner.
+
+    python -m eval.experiments.world_decode_input [--seeds 0,1,2] [--decoders DIR] [--json] [--out FILE]
+
+Needs the world's models (``captioner world train --preset lab --seed N``); the decoders are the report's
+(``DIR/decoder-s<seed>-text-jepa.pt``, default ``$CAPTIONER_HOME/world/report-lab``), trained there if absent.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+from eval.experiments import emit
+
+INPUTS = ("retrieved", "projection@0.01", "projection@0.03", "projection@0.1", "projection@0.3", "rotation")
+ROTATIONS = ("paired", "lattice-disjoint")
+ATTRS = ("colour", "size", "col", "row", "background")
+
+
+def named_right(captions, samples) -> dict:
+    """Per attribute and for all five at once: the share of ``captions`` naming the value of its sample's
+    clean scene (``sample.label`` is ``Scene.key()``: size-colour-row-col-background)."""
+    from captioner.world.scenes import read_caption
+
+    got = [read_caption(c) for c in captions]
+    want = [dict(zip(("size", "colour", "row", "col", "background"), s.label.split("-"))) for s in samples]
+    ok = np.array([[g[a] == w[a] for a in ATTRS] for g, w in zip(got, want)])
+    return {"all": float(ok.all(1).mean()), **{a: float(ok[:, i].mean()) for i, a in enumerate(ATTRS)}}
+
+
+def seed_rows(seed: int, decoders: Path, preset: str = "lab") -> list[dict]:
+    from captioner.bank import CaptionBank
+    from captioner.datasets import get_dataset
+    from captioner.encoders import get_encoder
+    from captioner.retrieval import project
+    from eval.world.chain import (
+        TEXT_ENCODERS,
+        _l2n,
+        cider,
+        decode,
+        decoder_for,
+        embed,
+        fit_rotation,
+        text_context,
+        world_name,
+    )
+    from eval.world.setting import setting
+
+    st = setting(seed)
+    val = get_dataset("world", "val", seed=seed)
+    img = world_name("world-image-jepa", preset, seed)
+    name = world_name(TEXT_ENCODERS["text-jepa"][1], preset, seed)
+    X = embed(img, [s.source() for s in st.train.samples])
+    Xv = embed(img, [s.source() for s in val.samples])
+    ctx = text_context(name, st)
+    meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
+    dec = decoder_for(name, ctx, decoders / f"decoder-s{seed}-text-jepa.pt")
+    bank = CaptionBank(list(ctx["bank"]), ctx["Y"], dec.text_encoder)
+    rows = []
+    for rk in ROTATIONS:
+        m, _ = fit_rotation(rk, st, X, ctx["Y"], meta)
+        Q = np.asarray(m.transform(Xv), np.float32)
+        for how in INPUTS:
+            t = time.perf_counter()
+            if how == "retrieved":   # the report's retrieval (``chain.score_rotation``): centred cosines
+                top = np.argmax(_l2n(Q - ctx["mu"]) @ ctx["bank_c"].T, 1)
+                caps = [ctx["bank"][j] for j in top]
+            elif how == "rotation":
+                caps = decode(dec, Q, ctx, how="rotation")
+            else:
+                caps = dec.generate(project(Q, bank, temperature=float(how.split("@")[1])))
+            rows.append({"seed": seed, "rotation": rk, "input": how, "captions": caps,
+                         "named": named_right(caps, val.samples), "seconds": round(time.perf_counter() - t, 2)})
+    tmp = [{"captions": r["captions"]} for r in rows]
+    cider(tmp, val)
+    for r, c in zip(rows, tmp):
+        r["cider_x100"] = c["cider_x100"]
+        r["example"] = r.pop("captions")[0]
+    return rows
+
+
+def summary(rows) -> list[dict]:
+    out = []
+    for rk in ROTATIONS:
+        for how in INPUTS:
+            sel = [r for r in rows if r["rotation"] == rk and r["input"] == how]
+            out.append({"rotation": rk, "input": how, "seeds": [r["seed"] for r in sel],
+                        "all": [r["named"]["all"] for r in sel], "cider_x100": [r["cider_x100"] for r in sel],
+                        **{a: float(np.mean([r["named"][a] for r in sel])) for a in ATTRS}})
+    return out
+
+
+def table(summ) -> str:
+    def ms(v, f):
+        return f"{np.mean(v) * f:.1f} +- {np.std(v, ddof=1) * f:.1f}" if len(v) > 1 else f"{v[0] * f:.1f}"
+
+    lines = ["| rotation | decoder reads | all five named right, % (per seed) | CIDEr x100 val | "
+             + " | ".join(f"{a} %" for a in ATTRS) + " |", "|---" * (4 + len(ATTRS)) + "|"]
+    for s in summ:
+        per = ", ".join(f"{100 * v:.1f}" for v in s["all"])
+        lines.append(f"| {s['rotation']} | {s['input']} | {ms(s['all'], 100)} ({per}) | {ms(s['cider_x100'], 1)} | "
+                     + " | ".join(f"{100 * s[a]:.1f}" for a in ATTRS) + " |")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    from captioner.paths import home
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--decoders", default=None, help="folder of the report's decoders (default "
+                    "$CAPTIONER_HOME/world/report-lab)")
+    ap.add_argument("--json", action="store_true", help="print only the JSON")
+    ap.add_argument("--out", default=None, help="also write the JSON here")
+    a = ap.parse_args(argv)
+    decoders = Path(a.decoders) if a.decoders else home() / "world" / "report-lab"
+    decoders.mkdir(parents=True, exist_ok=True)
+    t0 = time.time()
+    rows = [r for s in a.seeds.split(",") for r in seed_rows(int(s), decoders)]
+    summ = summary(rows)
+    res = {"rows": rows, "summary": summ, "seconds": round(time.time() - t0, 1),
+           "loadavg": [round(x, 2) for x in os.getloadavg()]}
+    emit(res, a.out, a.json, table(summ))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
