@@ -4,7 +4,7 @@ The world's caption bank holds the train scenes' captions only, and the val / te
 (``captioner.world.data``: a seeded 60 / 10 / 30 % split of the 324 scenes). So the top retrieved caption of
 a held-out render always names at least one attribute wrong, and DeCap's projection (the softmax-weighted
 mean of bank embeddings) pulls the decoder's input towards those same train scenes. This experiment decodes
-the *val* renders (never the test split) of each seed through the paired and the pair-free (lattice,
+the *val* renders (by default; never the test split while choosing) of each seed through the paired and the pair-free (lattice,
 disjoint scenes) rotation of the text JEPA, with the decoder reading
 
 - ``projection@T``: DeCap's projection at temperature T (the report used 0.03);
@@ -12,9 +12,11 @@ disjoint scenes) rotation of the text JEPA, with the decoder reading
 
 and the top retrieved caption beside them. For each it prints how often the caption names every one of the
 five attributes right (read with ``captioner.world.scenes.read_caption``), each attribute's rate, and CIDEr
-(x100) against the val scenes' clean captions. ``eval.world.chain.DECODE_INPUT`` is the winner.
+(x100) against the scenes' clean captions. ``--split test`` measures the same on the test renders, once the
+input is chosen on val. ``eval.world.chain.DECODE_INPUT`` is the winner.
 
-    python -m eval.experiments.world_decode_input [--seeds 0,1,2] [--decoders DIR] [--json] [--out FILE]
+    python -m eval.experiments.world_decode_input [--seeds 0,1,2] [--split val|test] [--decoders DIR] [--json]
+        [--out FILE]
 
 Needs the world's models (``captioner world train --preset lab --seed N``); the decoders are the report's
 (``DIR/decoder-s<seed>-text-jepa.pt``, default ``$CAPTIONER_HOME/world/report-lab``), trained there if absent.
@@ -47,7 +49,7 @@ def named_right(captions, samples) -> dict:
     return {"all": float(ok.all(1).mean()), **{a: float(ok[:, i].mean()) for i, a in enumerate(ATTRS)}}
 
 
-def seed_rows(seed: int, decoders: Path, preset: str = "lab") -> list[dict]:
+def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val") -> list[dict]:
     from captioner.bank import CaptionBank
     from captioner.datasets import get_dataset
     from captioner.encoders import get_encoder
@@ -66,11 +68,11 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab") -> list[dict]:
     from eval.world.setting import setting
 
     st = setting(seed)
-    val = get_dataset("world", "val", seed=seed)
+    ev = get_dataset("world", split, seed=seed)
     img = world_name("world-image-jepa", preset, seed)
     name = world_name(TEXT_ENCODERS["text-jepa"][1], preset, seed)
     X = embed(img, [s.source() for s in st.train.samples])
-    Xv = embed(img, [s.source() for s in val.samples])
+    Xv = embed(img, [s.source() for s in ev.samples])
     ctx = text_context(name, st)
     meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
     dec = decoder_for(name, ctx, decoders / f"decoder-s{seed}-text-jepa.pt")
@@ -88,10 +90,10 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab") -> list[dict]:
                 caps = decode(dec, Q, ctx, how="rotation")
             else:
                 caps = dec.generate(project(Q, bank, temperature=float(how.split("@")[1])))
-            rows.append({"seed": seed, "rotation": rk, "input": how, "captions": caps,
-                         "named": named_right(caps, val.samples), "seconds": round(time.perf_counter() - t, 2)})
+            rows.append({"seed": seed, "split": split, "rotation": rk, "input": how, "captions": caps,
+                         "named": named_right(caps, ev.samples), "seconds": round(time.perf_counter() - t, 2)})
     tmp = [{"captions": r["captions"]} for r in rows]
-    cider(tmp, val)
+    cider(tmp, ev)
     for r, c in zip(rows, tmp):
         r["cider_x100"] = c["cider_x100"]
         r["example"] = r.pop("captions")[0]
@@ -113,7 +115,7 @@ def table(summ) -> str:
     def ms(v, f):
         return f"{np.mean(v) * f:.1f} +- {np.std(v, ddof=1) * f:.1f}" if len(v) > 1 else f"{v[0] * f:.1f}"
 
-    lines = ["| rotation | decoder reads | all five named right, % (per seed) | CIDEr x100 val | "
+    lines = ["| rotation | decoder reads | all five named right, % (per seed) | CIDEr x100 | "
              + " | ".join(f"{a} %" for a in ATTRS) + " |", "|---" * (4 + len(ATTRS)) + "|"]
     for s in summ:
         per = ", ".join(f"{100 * v:.1f}" for v in s["all"])
@@ -129,13 +131,15 @@ def main(argv=None) -> int:
     ap.add_argument("--seeds", default="0,1,2")
     ap.add_argument("--decoders", default=None, help="folder of the report's decoders (default "
                     "$CAPTIONER_HOME/world/report-lab)")
+    ap.add_argument("--split", default="val", choices=("val", "test"),
+                    help="val (where the input is chosen; default) or test (the chosen input, measured once)")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     decoders = Path(a.decoders) if a.decoders else home() / "world" / "report-lab"
     decoders.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in a.seeds.split(",") for r in seed_rows(int(s), decoders)]
+    rows = [r for s in a.seeds.split(",") for r in seed_rows(int(s), decoders, split=a.split)]
     summ = summary(rows)
     res = {"rows": rows, "summary": summ, "seconds": round(time.time() - t0, 1),
            "loadavg": [round(x, 2) for x in os.getloadavg()]}
