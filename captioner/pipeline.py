@@ -60,8 +60,9 @@ class Pipeline(DecoderParts, ZeroShotParts):
     rotation_files : {"paired": path, ...} saved maps to use instead of fitting (checked against the
         encoders; a map fitted for others is refused).
     beam : beam width for decoding (1 = greedy; beam 3 gained nothing on the Tux Paint val split).
-    decode_input : "projection" (DeCap: the softmax-weighted mean of bank embeddings) or "rotation" (the
-        rotated query itself, put at a caption's radius).
+    decode_input : "projection" (DeCap: the softmax-weighted mean of bank embeddings), "rotation" (the
+        rotated query itself, put at a caption's radius) or "auto" (per rotation, chosen on the Tux Paint val
+        split: ``captioner.pipeline_decoder.AUTO_DECODE_INPUT``; the head map reads the query, others project).
     temperature : DeCap softmax temperature on centred cosines (0.03 was best of 0.003 / 0.01 / 0.03 on the
         Tux Paint val split; the spread between them was small).
     pairfree_max : at most this many images and captions go into the pair-free matcher.
@@ -70,11 +71,11 @@ class Pipeline(DecoderParts, ZeroShotParts):
     def __init__(self, image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6",
                  device: str = "cpu", progress: bool = True, *, train_set=None, exclude=None,
                  decoder_preset: str = "small", decoder_corpus: str = "default", rotation_files: dict | None = None,
-                 beam: int = 1, decode_input: str = "projection", temperature: float = 0.03,
+                 beam: int = 1, decode_input: str = "auto", temperature: float = 0.03,
                  pairfree_max: int = 2000, n_cupl: int = 2000, decoder_overrides: dict | None = None,
                  bank: str | None = None, bank_limit: int | None = None):
-        if decode_input not in ("projection", "rotation"):
-            raise CaptionerError(f"decode_input must be 'projection' or 'rotation', not {decode_input!r}")
+        if decode_input not in ("auto", "projection", "rotation"):
+            raise CaptionerError(f"decode_input must be 'auto', 'projection' or 'rotation', not {decode_input!r}")
         self.image_encoder = image_encoder
         self.text_encoder = text_encoder
         self.device = device
@@ -333,8 +334,11 @@ class Pipeline(DecoderParts, ZeroShotParts):
                 self._affine[kind] = hit
             return hit[1]
 
-    def caption_queries(self, Q: np.ndarray, top_k: int = 5, decode: bool = True) -> list[dict]:
-        """Text-space queries (N, D_txt) -> caption dicts (without the encode timing)."""
+    def caption_queries(self, Q: np.ndarray, top_k: int = 5, decode: bool = True,
+                        rotation: str | None = None) -> list[dict]:
+        """Text-space queries (N, D_txt) -> caption dicts (without the encode timing); ``rotation`` (the map the
+        queries came through) picks the decoder's input under ``decode_input="auto"``."""
+        from captioner.pipeline_decoder import drop_prompt_template
         from captioner.retrieval import retrieve
 
         bank = self.caption_bank()
@@ -346,7 +350,7 @@ class Pipeline(DecoderParts, ZeroShotParts):
         if decode:
             dec = self.decoder()
             t0 = time.perf_counter()
-            caps = dec.generate(self.decoder_inputs(Q), beam=self.beam)
+            caps = [drop_prompt_template(c) for c in dec.generate(self.decoder_inputs(Q, rotation), beam=self.beam)]
             t_dec = _ms(t0) / max(1, len(Q))
         out = []
         for i in range(len(Q)):
@@ -397,7 +401,7 @@ class Pipeline(DecoderParts, ZeroShotParts):
             t0 = time.perf_counter()
             Q = to_text_space(self.serving_rotation(rotation), X, self.bank().dim)
             t_rot = _ms(t0) / len(X)
-            out = self.caption_queries(Q, top_k=top_k, decode=decode)
+            out = self.caption_queries(Q, top_k=top_k, decode=decode, rotation=rotation)
             for o in out:
                 o["timings_ms"] = {"encode": round(t_enc, 2),
                                    "rotate_retrieve": round(t_rot + o["timings_ms"]["rotate_retrieve"], 2),

@@ -39,6 +39,23 @@ def _complete(path: Path) -> bool:
         return False
 
 
+# decode_input="auto": the rotations whose decoder reads the rotated query itself; every other rotation reads
+# DeCap's projection. Chosen on the Tux Paint val split (49 images, CIDEr x100; `python -m
+# eval.experiments.decode_input`): head 54.6 reading the query vs 23.5 through the projection; paired 8.0 vs
+# 24.5, pairfree 4.0 vs 4.8, ridge 4.4 vs 15.1 (docs/results/pairfree-real.md).
+AUTO_DECODE_INPUT = {"head": "rotation"}
+
+
+def drop_prompt_template(caption: str) -> str:
+    """A decoded caption without the class-name prompt's template: "a photo of a lorikeet." -> "a lorikeet.".
+    The decoder corpus holds "A photo of a <class>." for every ImageNet class (``captioner.bank.
+    classname_captions``); a query near those prompts decodes to the template, which names no content and
+    is wrong for a drawing."""
+    import re
+
+    return re.sub(r"^(a|an) photo of (a|an|the) ", lambda m: f"{m.group(2)} ", caption, flags=re.IGNORECASE)
+
+
 class DecoderParts:
     """Decoder methods of :class:`captioner.pipeline.Pipeline` (they use its encoders, bank and lock)."""
 
@@ -95,10 +112,17 @@ class DecoderParts:
 
             logging.getLogger(__name__).warning("decoder: no onnx export (%s); decoding in torch", e)
 
-    def decoder_inputs(self, Q: np.ndarray) -> np.ndarray:
+    def decode_input_for(self, rotation: str | None = None) -> str:
+        """What the decoder reads for queries of ``rotation``: the pipeline's ``decode_input``, or under "auto"
+        ``AUTO_DECODE_INPUT`` (the rotation's own entry, else "projection")."""
+        if self.decode_input != "auto":
+            return self.decode_input
+        return AUTO_DECODE_INPUT.get(rotation, "projection")
+
+    def decoder_inputs(self, Q: np.ndarray, rotation: str | None = None) -> np.ndarray:
         """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
         from captioner.retrieval import onto_manifold, project
 
-        if self.decode_input == "projection":
+        if self.decode_input_for(rotation) == "projection":
             return project(Q, self.bank(), temperature=self.temperature)
         return onto_manifold(Q, self.bank())

@@ -332,7 +332,7 @@ def predict(pipe, test_set, rotation: str = "paired", captioner: str = "retrieva
         if not ids:
             raise CaptionerError(f"{test_set.name}/{test_set.split}: no images left after skipping bad files")
         Q = pipe.text_queries(xs.X, rotation)
-    out = pipe.caption_queries(Q, top_k=1, decode=captioner == "decoder")
+    out = pipe.caption_queries(Q, top_k=1, decode=captioner == "decoder", rotation=rotation)
     return {sid: o["caption"] for sid, o in zip(ids, out)}
 
 
@@ -368,7 +368,7 @@ def evaluate(pipe, test_set, rotation: str = "paired", captioner: str = "retriev
         atomic_write_json(out_dir / "config.json", {
             "rotation": rotation, "captioner": captioner, "dataset": test_set.name, "split": test_set.split,
             "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder, "beam": pipe.beam,
-            "decode_input": pipe.decode_input, "temperature": pipe.temperature,
+            "decode_input": pipe.decode_input_for(rotation), "temperature": pipe.temperature,
             "decoder_preset": pipe.decoder_preset, "meteor": meteor, "spice": spice})
         res["files"] = {"results": str(out_dir / "results.json"), "metrics": str(out_dir / "metrics.json")}
     return res

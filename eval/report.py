@@ -36,6 +36,8 @@ def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = 
                 print(f"[report] {cap} / {rot}", file=sys.stderr, flush=True)
             r = evaluate(pipe, test_set, rotation=rot, captioner=cap, meteor=meteor,
                          out_dir=out_dir / "runs" / f"{cap}-{rot}")
+            if cap == "decoder" and pipe.decode_input_for(rot) == "rotation":
+                r["captioner"] = "decoder-direct"        # decode_input "auto": this rotation's query is read as is
             rows.append(r)
     if "decoder" in captioners and "text" in rotations:
         # The decoder's own ceiling: the reference caption's embedding fed to it directly (no projection onto
@@ -59,6 +61,7 @@ def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = 
         "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder,
         "test_set": f"{test_set.name}/{test_set.split}", "n_test_images": len(test_set), "bank_size": len(pipe.bank()),
         "decoder": {"preset": pipe.decoder_preset, "beam": pipe.beam, "input": pipe.decode_input,
+                    "input_by_rotation": {r: pipe.decode_input_for(r) for r in rotations},
                     "temperature": pipe.temperature},
         "pairfree_match": pf,
         "scales": "BLEU/METEOR/ROUGE-L/SPICE: 0-1 in JSON, x100 in the table; CIDEr: 'CIDEr' on pycocoevalcap's "

@@ -255,3 +255,22 @@ def test_head_rotation_needs_a_classifier_head(fakes, captioner_home):
     assert (captioner_home / "rotations").glob("head-*.safetensors")
     out = q.caption([Pattern(2)()], top_k=2, rotation="head", decode=False)
     assert out[0]["caption"] in CAPTIONS
+
+
+def test_decoder_input_per_rotation_and_the_prompt_template_dropped(fakes):
+    from captioner.pipeline_decoder import AUTO_DECODE_INPUT, drop_prompt_template
+
+    auto = Pipeline("fake-img", "fake-txt", progress=False, train_set=train_set())
+    assert auto.decode_input == "auto" and AUTO_DECODE_INPUT == {"head": "rotation"}
+    assert [auto.decode_input_for(r) for r in ("head", "paired", "pairfree", "random", None)] == [
+        "rotation", "projection", "projection", "projection", "projection"]
+    fixed = Pipeline("fake-img", "fake-txt", progress=False, train_set=train_set(), decode_input="projection")
+    assert fixed.decode_input_for("head") == "projection"
+    with pytest.raises(CaptionerError, match="'auto', 'projection' or 'rotation'"):
+        Pipeline("fake-img", "fake-txt", progress=False, train_set=train_set(), decode_input="direct")
+    # the class-name prompt's template goes; anything else stays as decoded
+    assert drop_prompt_template("a photo of a lorikeet.") == "a lorikeet."
+    assert drop_prompt_template("A photo of an apple.") == "an apple."
+    assert drop_prompt_template("a photo of the moon.") == "the moon."
+    for same in ("a bird.", "a photograph of a cat.", "this is a photo of a cat.", "a photo of.", ""):
+        assert drop_prompt_template(same) == same

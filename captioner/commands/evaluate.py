@@ -30,7 +30,7 @@ def _subset(ds, n: int | None, seed: int = 0):
 
 def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text_encoder="minilm-l6", device="cpu",
                         progress=True, beam=1, decoder_preset=None, train_limit=20000, test_limit=None,
-                        pairfree_max=2000, decode_input="projection"):
+                        pairfree_max=2000, decode_input="auto"):
     """(Pipeline, test set) for the embedded Tux Paint test split, or the COCO Karpathy test split under
     ``coco_root`` (bank, pairs and decoder corpus from the Karpathy train split, at most ``train_limit``
     images)."""
@@ -74,7 +74,9 @@ def cli():
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--beam", default=1, show_default=True, type=click.IntRange(1, 16), help="1 = greedy.")
-@click.option("--decode-input", type=click.Choice(["projection", "rotation"]), default="projection", show_default=True)
+@click.option("--decode-input", type=click.Choice(["auto", "projection", "rotation"]), default="auto", show_default=True,
+              help="what the decoder reads: DeCap's projection, the rotated query, or per rotation (auto: the head "
+                   "map reads its query, chosen on Tux Paint val)")
 @click.option("--decoder-preset", default=None, help="tiny, small, base (default: small on CPU, base on CUDA).")
 @click.option("--train-limit", default=20000, show_default=True, help="COCO: train images for pairs and bank.")
 @click.option("--test-limit", default=None, type=int, help="COCO: score only this many test images.")

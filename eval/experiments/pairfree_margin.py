@@ -3,9 +3,12 @@ on the embedded Tux Paint test split for the paired rotation, the two pair-free 
 geometric matcher; ``head``: classifier-head pseudo-pairs) and ``--seeds`` random rotations, whose mean and
 standard deviation give each rotation a z-score against the floor.
 
-    python -m eval.experiments.pairfree_margin [--seeds 10] [--json] [--out FILE]
+    python -m eval.experiments.pairfree_margin [--seeds 10] [--captioner retrieval|decoder] [--json] [--out FILE]
 
-CIDEr is pycocoevalcap's (0-10; x100 in the table). Only the retrieval captioner (no decoder training).
+CIDEr is pycocoevalcap's (0-10; x100 in the table). The retrieval captioner by default; ``--captioner
+decoder`` captions with the pipeline's text-only decoder (trained on first use), reading each rotation's
+query as ``decode_input="auto"`` does (``captioner.pipeline_decoder.AUTO_DECODE_INPUT``: the head map's query
+as it is, every other rotation's, the random ones too, through DeCap's projection).
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ ROTATIONS = ("paired", "head", "pairfree")
 
 
 def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6",
-        progress: bool = True) -> dict:
+        progress: bool = True, captioner: str = "retrieval") -> dict:
     from alignment.procrustes import fit_random
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
@@ -38,7 +41,7 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
     refs = references(test)
 
     def measure(rot: str) -> dict:
-        preds = predict(pipe, test, rot, "retrieval")
+        preds = predict(pipe, test, rot, captioner)
         m = score_captions(preds, {k: refs[k] for k in preds}, meteor=False, spice="off")
         z = evaluate_zeroshot(pipe, "tuxpaint", rot)
         return {"CIDEr": float(m["CIDEr"]), "BLEU-1": float(m.get("BLEU-1", np.nan)),
@@ -62,14 +65,14 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
                             for k in floor}
         r["x_random"] = {k: r[k] / floor[k]["mean"] if floor[k]["mean"] > 0 else float("inf") for k in floor}
     return {"dataset": "tuxpaint/test", "n_images": len(test), "image_encoder": image_encoder,
-            "text_encoder": text_encoder, "captioner": "retrieval", "random_seeds": seeds,
+            "text_encoder": text_encoder, "captioner": captioner, "random_seeds": seeds,
             "rotations": rows, "random": floor, "random_runs": rand, "seconds": round(time.time() - t0, 1),
             "scales": "CIDEr on pycocoevalcap's 0-10 scale (x100 in the table); top-1/top-5 as fractions"}
 
 
 def table(res: dict) -> str:
     f = res["random"]
-    lines = [f"Tux Paint test ({res['n_images']} images), retrieval captioner, {res['image_encoder']} -> "
+    lines = [f"Tux Paint test ({res['n_images']} images), {res['captioner']} captioner, {res['image_encoder']} -> "
              f"{res['text_encoder']}; random floor: mean ± sd over {res['random_seeds']} seeds",
              "", "| rotation | pairs used | CIDEr (x100) | z vs random | x random | zero-shot top-1 % | top-5 % | "
                  "z top-1 |", "|---|---|---|---|---|---|---|---|"]
@@ -90,12 +93,13 @@ def main(argv=None):
     ap.add_argument("--seeds", type=int, default=10, help="random rotations for the floor's mean and spread")
     ap.add_argument("--image-encoder", default="efficientnet-lite0")
     ap.add_argument("--text-encoder", default="minilm-l6")
+    ap.add_argument("--captioner", default="retrieval", choices=("retrieval", "decoder"))
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     if a.seeds < 2:
         ap.error("--seeds must be at least 2 (the floor's spread)")
-    res = run(a.seeds, a.image_encoder, a.text_encoder)
+    res = run(a.seeds, a.image_encoder, a.text_encoder, captioner=a.captioner)
     emit(res, a.out, a.json, table(res))
 
 
