@@ -5,9 +5,10 @@ reducing each word to its WordNet base form (``dogs`` -> ``dog``, ``mice`` -> ``
 whole word or phrase one of the *subject terms* of L:
 
 1. the label itself when it is a WordNet noun (``eiffel_tower``, ``coffee_cup``), else its head noun: the
-   last WordNet noun before any "of" that is not in ``GENERIC`` (colours, "clipart", "icon" ...):
-   ``"Great Pyramid of Giza"`` -> ``pyramid``, ``"red apple"`` -> ``apple``; a label with no such noun (an
-   Italian title) has no terms and is left out of the rate;
+   last WordNet noun before the first preposition (``PREPOSITIONS``: of, on, with, ...) that is not in
+   ``GENERIC`` (colours, "clipart", "icon" ...): ``"Great Pyramid of Giza"`` -> ``pyramid``, ``"Owl on
+   Branch"`` -> ``owl``, ``"red apple"`` -> ``apple``; a label with no such noun (an Italian title) has no
+   terms and is left out of the rate;
 2. the extra terms a dataset gives the label (``extra``: GCompris' hand-checked synonyms, e.g. ``pliers``
    for ``plier``);
 3. for each of those nouns, the synonyms of its first WordNet noun sense and its hypernyms up to
@@ -42,6 +43,10 @@ style black white red green blue yellow orange brown grey gray pink purple gold 
 big small little old new top side front back view left right one two three man woman boy girl
 vertebrate craniate chordate invertebrate mammal mammalian placental eutherian
 """.replace("?", "").split())
+
+
+# words that end a label's head phrase: what follows them qualifies the subject ("Turkey on Platter")
+PREPOSITIONS = frozenset("of on in with at from under over near by for into onto inside behind beside".split())
 
 
 def article(noun: str) -> str:
@@ -127,9 +132,10 @@ def subject_terms(label: str, extra: tuple = ()) -> frozenset:
     words = [base_form(w) for w in _words(label)]
     if words and "_".join(words) in _index():
         heads = {"_".join(words)}
-    else:  # the head noun: the last noun before "of" ("Great Pyramid of Giza" -> pyramid)
-        before_of = words[: words.index("of")] if "of" in words else words
-        nouns = [w for w in before_of if w in _index() and w not in GENERIC and not w.isdigit()]
+    else:  # the head noun: the last noun before a preposition ("Great Pyramid of Giza" -> pyramid,
+        # "Owl on Branch" -> owl)
+        cut = next((i for i, w in enumerate(words) if i and w in PREPOSITIONS), len(words))
+        nouns = [w for w in words[:cut] if w in _index() and w not in GENERIC and not w.isdigit() and len(w) > 1]
         heads = set(nouns[-1:])
     heads |= {"_".join(base_form(w) for w in _words(e)) for e in extra}
     terms = set(heads)

@@ -141,3 +141,12 @@ def test_photos_val_fallback_takes_the_mapped_caption_only_below_the_threshold()
     caps = with_fallback(P, ["owl", "cat", "ink"], ["m0", "m1", "m2", "m3"], below=0.35)
     assert caps == ["A photo of an owl.", "A photo of an ink.", "m2", "m3"]
     assert with_fallback(P[3:], ["owl", "cat", "ink"], ["m3"], below=0.0) == ["A photo of an owl."]
+
+
+def test_the_head_noun_ends_at_a_preposition_and_skips_single_letters():
+    assert "owl" in subject_terms("Owl on Branch") and "branch" not in subject_terms("Owl on Branch")
+    assert "dog" in subject_terms("Dog 06 Drawn With Straight Lines")
+    assert "crawfish" in subject_terms("Crawfish (B and W)")        # "w" is not tungsten here
+    assert names_subject("A photo of a great grey owl.", "Owl on Branch")
+    assert not names_subject("A photo of a branch.", "Owl on Branch")
+    assert subject_terms("in the garden") >= {"garden"}            # a leading preposition cuts nothing
