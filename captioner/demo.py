@@ -467,17 +467,13 @@ def world_tab(gr) -> None:
     from captioner.errors import CaptionerError
 
     def draw():
-        from captioner.world.demo import world_example
+        from captioner.world.demo import world_example, world_markdown
 
         try:
             ex = world_example()
         except CaptionerError as e:
             return None, f"**{e}**"
-        near = ex["nearest"]
-        return ex["image"], (f"**pair-free rotation:** {ex['pairfree']}  \n**paired rotation:** {ex['paired']}"
-                             f"  \n**true description:** {ex['truth']}  \n(scene `{ex['scene']}`)  \n"
-                             f"Nearest train caption (this scene is never in the bank): pair-free "
-                             f"\"{near['pairfree']}\", paired \"{near['paired']}\"")
+        return ex["image"], world_markdown(ex)
 
     with gr.Tab("World", id="world-tab"):
         gr.Markdown("The JEPA world: JEPAs trained apart on renders and on captions, one rotation between them.")

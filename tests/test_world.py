@@ -176,6 +176,10 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     assert ex["image"].size == (160, 160) and ex["truth"] and ex["paired"] and ex["pairfree"]
     bank = set(world_pipeline("quick", 0).bank().texts)      # decoded captions; the nearest train ones beside
     assert set(ex["nearest"]) == {"paired", "pairfree"} and set(ex["nearest"].values()) <= bank
+    from captioner.world.demo import world_markdown
+
+    md = world_markdown(ex)
+    assert ex["pairfree"] in md and ex["truth"] in md and ex["nearest"]["paired"] in md
 
     pf = world_pipeline("quick", 0).rotation("pairfree")         # the report's disjoint draw, lattice matcher
     assert pf.method == "lattice" and pf.meta["pairfree"]["info"]["cards"] == [6, 2, 3, 3, 3]

@@ -73,3 +73,12 @@ def world_example(index: int | None = None, preset: str | None = None, seed: int
     got = {r: pipe.caption([s.source()], top_k=1, rotation=r)[0] for r in ("paired", "pairfree")}
     return {"image": im, "scene": s.label, "truth": s.captions[0], **{r: g["caption"] for r, g in got.items()},
             "nearest": {r: g["retrieved"][0]["caption"] for r, g in got.items()}}
+
+
+def world_markdown(ex: dict) -> str:
+    """The World tab's text for a :func:`world_example`."""
+    near = ex["nearest"]
+    return (f"**pair-free rotation:** {ex['pairfree']}  \n**paired rotation:** {ex['paired']}  \n"
+            f"**true description:** {ex['truth']}  \n(scene `{ex['scene']}`)  \n"
+            f"Nearest train caption (this scene is never in the bank): pair-free \"{near['pairfree']}\", "
+            f"paired \"{near['paired']}\"")
