@@ -163,12 +163,13 @@ class Vocab:
         return detokenize(tok.decode(bert, skip_special_tokens=True, clean_up_tokenization_spaces=True))
 
 
-_DETOK = [(r"\s*'\s*(s|t|re|ve|ll|d|m)\b", r"'\1"), (r"\s+([.,!?;:%)\]}])", r"\1"), (r"([(\[{$])\s+", r"\1"),
+_DETOK = [(r"\s*(['\u2019])\s*(s|t|re|ve|ll|d|m)\b", r"\1\2"), (r"\s+([.,!?;:%)\]}])", r"\1"), (r"([(\[{$])\s+", r"\1"),
           (r"(\d)\s*([.,])\s+(\d)", r"\1\2\3"), (r"(\w)\s+-\s+(\w)", r"\1-\2"), (r'"\s+([^"]*?)\s+"', r'"\1"')]
 
 
 def detokenize(text: str) -> str:
-    """Word-piece output joined as written English: ``a jeep ' s!`` -> ``a jeep's!``, ``( big )`` ->
+    """Word-piece output joined as written English: ``a jeep ' s!`` -> ``a jeep's!`` (the typographic
+    apostrophe too: ``a clip \u2019 s`` -> ``a clip\u2019s``), ``( big )`` ->
     ``(big)``, ``3. 5`` -> ``3.5``, ``well - known`` -> ``well-known``."""
     import re
 

@@ -90,5 +90,6 @@ def test_detokenize_joins_word_pieces_as_english():
     from captioner.decoder import detokenize
 
     assert detokenize("a jeep ' s!") == "a jeep's!"
+    assert detokenize("a hair clip \u2019 s wing.") == "a hair clip\u2019s wing."
     assert detokenize("it ' s a ( big ) dog , well - known .") == "it's a (big) dog, well-known."
     assert detokenize("3. 5 km and 3 , 000 \" x \"") == '3.5 km and 3,000 "x"'
