@@ -67,7 +67,8 @@ def cli():
 @click.option("--rotation", "-r", type=click.Choice(ROTATION_CHOICES), default="paired", show_default=True,
               help="text = the text-only ceiling (each image's own reference caption embedding as the query).")
 @click.option("--captioner", "-c", type=click.Choice(["retrieval", "decoder"]), default="retrieval",
-              show_default=True, help="decoder = DeCap projection onto the bank + the text-only decoder.")
+              show_default=True, help="decoder = the text-only decoder, reading DeCap's projection onto the bank (the head map: its "
+                   "rotated query; see --decode-input).")
 @click.option("--coco-root", type=click.Path(), default=None,
               help="COCO folder with dataset_coco.json (Karpathy split) and the images; default: Tux Paint test.")
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
@@ -192,7 +193,7 @@ def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encode
 def report_cli(out, image_encoder, text_encoder, device, meteor, decoder_preset, rotations, captioners,
                zeroshot_modes, as_json, quiet):
     """Write the results table (Markdown + JSON) on the embedded Tux Paint test split: each captioner
-    (retrieval; DeCap projection + decoder) x rotation (paired Procrustes, pair-free, ridge, random), the
+    (retrieval; decoder, reading DeCap's projection or, for the head map, its query) x rotation (paired Procrustes, pair-free, ridge, random), the
     text-only ceiling, and zero-shot accuracy on the Tux Paint categories."""
     from eval.report import build_report
 
