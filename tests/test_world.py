@@ -297,3 +297,20 @@ def test_world_decode_refuses_an_unknown_input():
 
     with pytest.raises(ValueError, match="'rotation' or 'projection'"):
         decode(None, np.zeros((1, 12), np.float32), {}, how="nearest")
+
+
+def test_world_experiments_parse_seeds_and_name_missing_models_in_one_line(tmp_path, monkeypatch, capsys):
+    import argparse
+
+    from eval.experiments import seed_list
+    from eval.experiments.world_decode_input import main
+
+    assert seed_list("0,1, 2") == [0, 1, 2]
+    for bad in ("x", "", "-1"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            seed_list(bad)
+    monkeypatch.setenv("CAPTIONER_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as e:
+        main(["--seeds", "0"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "captioner world train --preset lab --seed 0" in err

@@ -15,3 +15,26 @@ def emit(res: dict, out: str | None, json_only: bool, table: str) -> None:
 
         atomic_write_bytes(out, (blob + "\n").encode())
     print(blob if json_only else blob + "\n\n" + table)
+
+
+def seed_list(text: str) -> list[int]:
+    """``--seeds 0,1,2`` -> [0, 1, 2] (an argparse ``type``: a bad list is a one-line usage error)."""
+    import argparse
+
+    try:
+        seeds = [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds, e.g. 0,1,2") from None
+    if not seeds or min(seeds) < 0:
+        raise argparse.ArgumentTypeError(f"{text!r}: give one or more seeds >= 0, e.g. 0,1,2")
+    return seeds
+
+
+def run_or_exit(ap, fn, *args, **kw):
+    """``fn(*args, **kw)``, with a ``CaptionerError`` (missing models, bad files) printed as one line and exit 2."""
+    from captioner.errors import CaptionerError
+
+    try:
+        return fn(*args, **kw)
+    except CaptionerError as e:
+        ap.exit(2, f"error: {e}\n")

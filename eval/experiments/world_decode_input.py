@@ -31,7 +31,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.experiments import emit
+from eval.experiments import emit, run_or_exit, seed_list
 
 INPUTS = ("retrieved", "projection@0.01", "projection@0.03", "projection@0.1", "projection@0.3", "rotation")
 ROTATIONS = ("paired", "lattice-disjoint")
@@ -128,7 +128,8 @@ def main(argv=None) -> int:
     from captioner.paths import home
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
+    ap.add_argument("--preset", default="lab", help="the world models' preset (default lab)")
     ap.add_argument("--decoders", default=None, help="folder of the report's decoders (default "
                     "$CAPTIONER_HOME/world/report-lab)")
     ap.add_argument("--split", default="val", choices=("val", "test"),
@@ -136,10 +137,10 @@ def main(argv=None) -> int:
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
-    decoders = Path(a.decoders) if a.decoders else home() / "world" / "report-lab"
+    decoders = Path(a.decoders) if a.decoders else home() / "world" / f"report-{a.preset}"
     decoders.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in a.seeds.split(",") for r in seed_rows(int(s), decoders, split=a.split)]
+    rows = [r for s in a.seeds for r in run_or_exit(ap, seed_rows, s, decoders, a.preset, split=a.split)]
     summ = summary(rows)
     res = {"rows": rows, "summary": summ, "seconds": round(time.time() - t0, 1),
            "loadavg": [round(x, 2) for x in os.getloadavg()]}

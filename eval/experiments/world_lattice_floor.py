@@ -22,6 +22,8 @@ import time
 
 import numpy as np
 
+from eval.experiments import run_or_exit, seed_list
+
 TEXT = ("text-jepa", "ntp", "ntp-last", "untrained")
 KINDS = ("found", "random correspondence", "random rotation")
 
@@ -102,15 +104,15 @@ def table(summ: list[dict]) -> str:
 
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", default="0,1,2")
+    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
     ap.add_argument("--draws", type=int, default=10, help="random correspondences and random rotations a seed")
     ap.add_argument("--preset", default="lab")
     ap.add_argument("--json", action="store_true", help="print the rows too")
     a = ap.parse_args(argv)
     t0 = time.time()
-    rows = [r for s in a.seeds.split(",") for r in seed_rows(int(s), a.draws, a.preset)]
+    rows = [r for s in a.seeds for r in run_or_exit(ap, seed_rows, s, a.draws, a.preset)]
     summ = summary(rows)
-    print(json.dumps({"seeds": a.seeds, "draws": a.draws, "summary": summ, "seconds": round(time.time() - t0, 1),
+    print(json.dumps({"seeds": ",".join(map(str, a.seeds)), "draws": a.draws, "summary": summ, "seconds": round(time.time() - t0, 1),
                       **({"rows": rows} if a.json else {})}, indent=1))
     print(table(summ))
 
