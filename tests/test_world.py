@@ -288,7 +288,7 @@ def test_named_right_counts_each_attribute_and_all_five():
     samples = [SimpleNamespace(label="small-yellow-top-right-grey"), SimpleNamespace(label="large-red-bottom-left-black")]
     caps = ["A small yellow disc at the top on the right on a grey background.",
             "A huge red dot at the bottom on the right against a pale backdrop."]
-    got = named_right(caps, samples)
+    got = named_right(caps, SimpleNamespace(samples=samples))
     assert got == {"all": 0.5, "colour": 1.0, "size": 1.0, "col": 0.5, "row": 1.0, "background": 0.5}
 
 

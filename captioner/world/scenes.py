@@ -47,6 +47,8 @@ BACKGROUNDS = {"white": (238, ["on a white background", "against a pale backdrop
                "black": (30, ["on a black background", "against a dark backdrop"])}
 ATTRS = {"colour": list(COLOURS), "size": list(SIZES), "col": list(COLS), "row": list(ROWS),
          "background": list(BACKGROUNDS)}
+# attribute -> {value: (rendering parameter, [phrases that name it])}: the world's words, read and written
+VALUE_WORDS = {"colour": COLOURS, "size": SIZES, "col": COLS, "row": ROWS, "background": BACKGROUNDS}
 CORRUPT = 0.15         # probability that one observation misreports one attribute (both modalities)
 LATENT_DIM = sum(len(v) - 1 for v in ATTRS.values())   # 12: the leading eigenspace of the view kernel
 CARDS = ",".join(str(len(v)) for v in ATTRS.values())   # "6,2,3,3,3": the lattice matcher's cards
@@ -118,9 +120,8 @@ def read_caption(text: str) -> dict:
     import re
 
     low = text.lower()
-    words = {"colour": COLOURS, "size": SIZES, "col": COLS, "row": ROWS, "background": BACKGROUNDS}
     out = {}
-    for attr, table in words.items():
+    for attr, table in VALUE_WORDS.items():
         hits = [(m.start(), v) for v, (_, phrases) in table.items() for p in phrases
                 for m in [re.search(rf"\b{re.escape(p)}\b", low)] if m]   # whole words: "coloured" is not red
         out[attr] = min(hits)[1] if hits else None

@@ -38,25 +38,24 @@ ROTATIONS = ("paired", "lattice-disjoint")
 ATTRS = ("colour", "size", "col", "row", "background")
 
 
-def named_right(captions, samples) -> dict:
-    """Per attribute and for all five at once: the share of ``captions`` naming the value of its sample's
-    clean scene (``sample.label`` is ``Scene.key()``: size-colour-row-col-background)."""
+def named_right(captions, dataset) -> dict:
+    """Per attribute and for all five at once: the share of ``captions`` (one per sample of ``dataset``)
+    naming the value of its sample's clean scene."""
     from captioner.world.scenes import read_caption
+    from eval.world.setting import attribute_labels
 
     got = [read_caption(c) for c in captions]
-    want = [dict(zip(("size", "colour", "row", "col", "background"), s.label.split("-"))) for s in samples]
-    ok = np.array([[g[a] == w[a] for a in ATTRS] for g, w in zip(got, want)])
-    return {"all": float(ok.all(1).mean()), **{a: float(ok[:, i].mean()) for i, a in enumerate(ATTRS)}}
+    want = attribute_labels(dataset)
+    ok = np.array([[g[a] == want[a][i] for a in ATTRS] for i, g in enumerate(got)])
+    return {"all": float(ok.all(1).mean()), **{a: float(ok[:, j].mean()) for j, a in enumerate(ATTRS)}}
 
 
 def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val") -> list[dict]:
-    from captioner.bank import CaptionBank
     from captioner.datasets import get_dataset
     from captioner.encoders import get_encoder
-    from captioner.retrieval import project
     from eval.world.chain import (
         TEXT_ENCODERS,
-        _l2n,
+        _centred,
         cider,
         decode,
         decoder_for,
@@ -76,7 +75,6 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
     ctx = text_context(name, st)
     meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
     dec = decoder_for(name, ctx, decoders / f"decoder-s{seed}-text-jepa.pt")
-    bank = CaptionBank(list(ctx["bank"]), ctx["Y"], dec.text_encoder)
     rows = []
     for rk in ROTATIONS:
         m, _ = fit_rotation(rk, st, X, ctx["Y"], meta)
@@ -84,14 +82,13 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
         for how in INPUTS:
             t = time.perf_counter()
             if how == "retrieved":   # the report's retrieval (``chain.score_rotation``): centred cosines
-                top = np.argmax(_l2n(Q - ctx["mu"]) @ ctx["bank_c"].T, 1)
+                top = np.argmax(_centred(Q, ctx["mu"]) @ ctx["bank_c"].T, 1)
                 caps = [ctx["bank"][j] for j in top]
-            elif how == "rotation":
-                caps = decode(dec, Q, ctx, how="rotation")
-            else:
-                caps = dec.generate(project(Q, bank, temperature=float(how.split("@")[1])))
+            else:                    # "rotation" or "projection@T"
+                kind, _, temp = how.partition("@")
+                caps = decode(dec, Q, ctx, how=kind, temperature=float(temp or 0.03))
             rows.append({"seed": seed, "split": split, "rotation": rk, "input": how, "captions": caps,
-                         "named": named_right(caps, ev.samples), "seconds": round(time.perf_counter() - t, 2)})
+                         "named": named_right(caps, ev), "seconds": round(time.perf_counter() - t, 2)})
     tmp = [{"captions": r["captions"]} for r in rows]
     cider(tmp, ev)
     for r, c in zip(rows, tmp):

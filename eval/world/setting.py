@@ -49,11 +49,10 @@ def prompts() -> dict:
     "a red disc", "a crimson dot", ...; column left -> "a disc on the left", ..."""
     from captioner.world import scenes as W
 
-    words = {"colour": W.COLOURS, "size": W.SIZES, "col": W.COLS, "row": W.ROWS, "background": W.BACKGROUNDS}
     out = {}
     for attr in ATTRIBUTES:
         rows = []
-        for value, (_, syn) in words[attr].items():
+        for value, (_, syn) in W.VALUE_WORDS[attr].items():
             if attr in ("colour", "size"):
                 rows.append((value, [f"a {w} {n}" for w in syn for n in W.NOUNS]))
             else:
