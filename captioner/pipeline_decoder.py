@@ -41,7 +41,7 @@ def _complete(path: Path) -> bool:
 
 # decode_input="auto": the rotations whose decoder reads the rotated query itself; every other rotation reads
 # DeCap's projection. Chosen on the Tux Paint val split (49 images, CIDEr x100; `python -m
-# eval.experiments.decode_input`): head 54.6 reading the query vs 23.5 through the projection; paired 8.0 vs
+# eval.experiments.decode_input`): head 60.3 reading the query vs 23.5 through the projection; paired 8.0 vs
 # 24.5, pairfree 4.0 vs 4.8, ridge 4.4 vs 15.1 (docs/results/pairfree-real.md).
 AUTO_DECODE_INPUT = {"head": "rotation"}
 
@@ -50,10 +50,17 @@ def drop_prompt_template(caption: str) -> str:
     """A decoded caption without the class-name prompt's template: "a photo of a lorikeet." -> "a lorikeet.".
     The decoder corpus holds "A photo of a <class>." for every ImageNet class (``captioner.bank.
     classname_captions``); a query near those prompts decodes to the template, which names no content and
-    is wrong for a drawing."""
+    is wrong for a drawing. The article is set again for the noun it now stands before ("a photo of an
+    coffeemaker." -> "a coffeemaker.": the decoder's own slip, plain once the template is gone)."""
     import re
 
-    return re.sub(r"^(a|an) photo of (a|an|the) ", lambda m: f"{m.group(2)} ", caption, flags=re.IGNORECASE)
+    from captioner.subject import article
+
+    def keep(m):
+        det = m.group(2).lower()
+        return f"{article(m.group(3)) if det in ('a', 'an') else m.group(2)} {m.group(3)}"
+
+    return re.sub(r"^(a|an) photo of (a|an|the) (\w)", keep, caption, flags=re.IGNORECASE)
 
 
 class DecoderParts:

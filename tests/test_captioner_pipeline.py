@@ -272,5 +272,6 @@ def test_decoder_input_per_rotation_and_the_prompt_template_dropped(fakes):
     assert drop_prompt_template("a photo of a lorikeet.") == "a lorikeet."
     assert drop_prompt_template("A photo of an apple.") == "an apple."
     assert drop_prompt_template("a photo of the moon.") == "the moon."
+    assert drop_prompt_template("a photo of an coffeemaker.") == "a coffeemaker."   # the article follows the noun
     for same in ("a bird.", "a photograph of a cat.", "this is a photo of a cat.", "a photo of.", ""):
         assert drop_prompt_template(same) == same
