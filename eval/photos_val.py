@@ -76,6 +76,25 @@ def _rate(caps, samples, extra_of) -> float:
     return float(np.mean(hits)) if hits else float("nan")
 
 
+def _class_name_bounds(P: np.ndarray, names, samples) -> dict:
+    """Upper bounds of a class-name caption, not captions: the share of photos whose top-5
+    class names include one that names the subject, and whose subject some class of the head names at all."""
+    from captioner.photocaption import name_caption
+    from captioner.photosets import subject_extra
+    from captioner.subject import names_subject
+
+    caps = [name_caption(n) for n in names]
+    top5 = np.argsort(-P, 1)[:, :5]
+    keep = range(len(samples))             # the denominator of ``_rate``: every photo
+    hit5 = [any(names_subject(caps[j], samples[i].label, subject_extra(samples[i].label)) for j in top5[i])
+            for i in keep]
+    some = {lab: any(names_subject(c, lab, subject_extra(lab)) for c in caps)
+            for lab in {samples[i].label for i in keep}}
+    return {"bound: a top-5 class name names it": float(np.mean(hit5)) if len(keep) else float("nan"),
+            "bound: some class name names it": float(np.mean([some[samples[i].label] for i in keep]))
+            if len(keep) else float("nan")}
+
+
 def text_retrieve_top1(Q: np.ndarray, bank) -> list[str]:
     """Top-1 bank caption by plain cosine (queries already in text space, no centring)."""
     from captioner.bank import l2n
@@ -123,7 +142,7 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
         by_id = {s.id: s for s in ds.samples}
         samples = [by_id[i] for i in es.sample_ids]
         X = es.X
-        cands = {}
+        cands, bounds = {}, {}
         for r in rotations:
             for bname, bank in banks.items():
                 Q = to_text_space(pipe.serving_rotation(r), X, bank.dim)
@@ -137,12 +156,16 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
                 cands[f"classifier / {bname}{tag}"] = text_retrieve_top1(Qc, bank)
             cands[f"classifier-name{tag}"] = [name_caption(names[i]) for i in P.argmax(1)]
             if cpipe is fb_pipe:
+                bounds.update(_class_name_bounds(P, names, samples))
                 idx, _ = retrieve(to_text_space(broad, Xc, banks["default"].dim), banks["default"], 1)
                 cands[f"classifier-name, else paired-broad / default{tag}"] = with_fallback(
                     P, names, [banks["default"].texts[i[0]] for i in idx])
         for c, caps in cands.items():
             rows.append({"candidate": c, "dataset": dname, "n": len(samples),
                          "subject_named": round(_rate(caps, samples, subject_extra), 4)})
+        for c, v in bounds.items():
+            rows.append({"candidate": f"{c} ({fb_pipe.image_encoder})", "dataset": dname, "n": len(samples),
+                         "subject_named": round(v, 4), "bound": True})
         samples_out[dname] = [{"id": s.id, "label": s.label, **{c: cands[c][i] for c in cands}}
                               for i, s in enumerate(samples[:samples_per_set])]
     return {"split": split, "bank_sizes": {k: len(v) for k, v in banks.items()}, "bank_build_s": round(bank_s, 1),

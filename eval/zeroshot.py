@@ -120,6 +120,43 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
     return out
 
 
+def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", seed: int = 0) -> list[dict]:
+    """Zero-shot top-1 / top-5 of each attribute (colour, size, column, row, background) of the JEPA world's
+    ``split`` renders, through ``pipe`` (``captioner.world.demo.world_pipeline``) and its rotation ``mode``:
+    each value's class vector is the mean of its prompts from the world's words
+    (``captioner.world.zeroshot``), centred on the bank's mean as in ``captioner world report``. One row an
+    attribute, in :func:`evaluate_zeroshot`'s format."""
+    from captioner.cache import embed
+    from captioner.datasets import get_dataset
+    from captioner.rotations import get_kind
+    from captioner.world.zeroshot import ATTRIBUTES, classifier
+    from eval.world.setting import attribute_labels
+
+    if mode not in ROTATIONS:
+        raise CaptionerError(f"zero-shot mode {mode!r} is not offered on the world; choose one of "
+                             f"{', '.join(ROTATIONS)}")
+    t0 = time.time()
+    ds = get_dataset("world", split, seed=seed)
+    xs = embed(pipe.encoder("image"), ds, "image", progress=pipe.progress)
+    order = {sid: i for i, sid in enumerate(xs.sample_ids)}
+    X = xs.X[[order[s.id] for s in ds.samples]]
+    truth = attribute_labels(ds)
+    rows = []
+    for attr in ATTRIBUTES:
+        clf = classifier(pipe, attr, mode)
+        labels = clf.labels
+        scores = clf.predict_proba(X)
+        y = np.array([labels.index(v) for v in truth[attr]])
+        C = len(labels)
+        rows.append({"dataset": f"world:{attr}", "split": ds.split, "mode": mode, "prompts": "world words",
+                     "n_images": int(len(y)), "n_classes": C, "attribute": attr, **topk_accuracy(scores, y),
+                     "chance_top1": 1.0 / C, "chance_top5": min(5, C) / C,
+                     "majority_top1": float(np.bincount(y, minlength=C).max() / len(y)),
+                     "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder,
+                     "pairing": get_kind(mode).pairing, "seconds": round(time.time() - t0, 2)})
+    return rows
+
+
 def format_table(rows: list[dict]) -> str:
     head = ["dataset", "mode", "top-1 %", "top-5 %", "chance top-1 %", "majority %", "classes", "images"]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]

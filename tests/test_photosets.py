@@ -150,3 +150,20 @@ def test_the_head_noun_ends_at_a_preposition_and_skips_single_letters():
     assert names_subject("A photo of a great grey owl.", "Owl on Branch")
     assert not names_subject("A photo of a branch.", "Owl on Branch")
     assert subject_terms("in the garden") >= {"garden"}            # a leading preposition cuts nothing
+
+
+def test_class_name_bounds_known_answers():
+    """The photos_val bounds: a subject named among the top-5 class names, or by any class name at all."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from eval.photos_val import _class_name_bounds
+
+    names = ["cat", "jeep", "goldfish", "daisy", "violin", "canoe", "pizza"]
+    samples = [SimpleNamespace(label=x) for x in ("cat", "fish", "guitar", "pizza")]
+    P = np.tile(np.arange(7, 0, -1, dtype=float), (4, 1))   # every photo ranks the classes in list order
+    P[1, [0, 2]] = P[1, [2, 0]]                                # the fish photo: goldfish first
+    got = _class_name_bounds(P, names, samples)
+    # cat (top 1) and fish (goldfish) are named in the top 5; pizza only 7th; no class names a guitar
+    assert got == {"bound: a top-5 class name names it": 0.5, "bound: some class name names it": 0.75}

@@ -184,6 +184,9 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     pf = world_pipeline("quick", 0).rotation("pairfree")         # the report's disjoint draw, lattice matcher
     assert pf.method == "lattice" and pf.meta["pairfree"]["info"]["cards"] == [6, 2, 3, 3, 3]
 
+    # the world through the product's commands: eval coco / eval zeroshot / caption / classify --world
+    _world_through_the_cli(tmp_path)
+
     # the registry's encoders: the NTP read at its last token differs from its mean (same checkpoint)
     texts = ["A big red disc on the left.", "A small blue dot at the top."]
     mean = get_encoder("world-ntp?preset=quick", cache=False)
@@ -314,3 +317,74 @@ def test_world_experiments_parse_seeds_and_name_missing_models_in_one_line(tmp_p
         main(["--seeds", "0"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "captioner world train --preset lab --seed 0" in err
+
+
+def _world_through_the_cli(tmp_path):
+    """`eval zeroshot --dataset world` agrees with the report's own scoring of the same map (eval.world.chain);
+    `eval coco --dataset world` scores decoded captions; `caption` / `classify --world` read a render."""
+    from click.testing import CliRunner
+
+    from captioner.bank import l2n
+    from captioner.cli import cli
+    from captioner.datasets import get_dataset
+    from captioner.world.demo import world_pipeline
+    from eval.world.chain import score_rotation, text_context
+    from eval.world.setting import setting
+
+    run = CliRunner().invoke
+    r = run(cli, ["eval", "zeroshot", "--dataset", "world", "--world-preset", "quick", "-m", "pairfree", "--json",
+                  "-q"])
+    assert r.exit_code == 0, r.output
+    rows = {x["attribute"]: x for x in json.loads(r.output)}
+    pipe = world_pipeline("quick", 0)
+    st = setting(0)
+    ctx = text_context(pipe.text_encoder, st)
+    Xt = l2n(pipe.encode_images([s.source() for s in st.test.samples]))
+    want = score_rotation(np.asarray(pipe.rotation("pairfree").transform(Xt), np.float32), ctx)["zeroshot"]
+    assert set(rows) == set(want) and all(abs(rows[a]["top1"] - want[a]) < 1e-9 for a in want)
+    assert rows["colour"]["n_classes"] == 6 and rows["colour"]["n_images"] == len(st.test)
+
+    out = tmp_path / "coco"
+    r = run(cli, ["eval", "coco", "--dataset", "world", "--world-preset", "quick", "-c", "decoder", "-r", "paired",
+                  "--no-meteor", "--test-limit", "24", "--out", str(out), "-q", "--json"])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output[r.output.index("{"):])
+    assert res["metrics"]["n_images"] == 24 and res["metrics"]["CIDEr_x100"] >= 0
+    preds = json.loads((out / "results.json").read_text())
+    assert len(preds) == 24 and all(p["caption"] for p in preds)
+
+    s = get_dataset("world", "test", seed=0).samples[5]
+    s.source().save(tmp_path / "render.png")
+    r = run(cli, ["caption", str(tmp_path / "render.png"), "--world", "0", "--world-preset", "quick", "-r",
+                  "pairfree", "-k", "1", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    got = json.loads(r.output)
+    assert got["captioner"] == "decoder" and got["results"][0]["caption"] == world_pipeline("quick", 0).caption(
+        [s.source()], top_k=1, rotation="pairfree")[0]["caption"]
+    r = run(cli, ["classify", str(tmp_path / "render.png"), "--world", "0", "--world-preset", "quick",
+                  "--label-set", "colour", "--json", "-q"])
+    assert r.exit_code == 0, r.output
+    assert len(json.loads(r.output)["results"][0]["labels"]) == 5      # top 5 of the 6 colours
+
+
+def test_world_options_are_refused_where_they_do_not_apply():
+    """One-line usage errors, before any model is loaded (no world is trained here)."""
+    from click.testing import CliRunner
+
+    from captioner.cli import cli
+
+    run = CliRunner().invoke
+    r = run(cli, ["classify", "x.png", "--world", "0", "--labels", "red,blue"])
+    assert r.exit_code == 2 and "--label-set colour|size|col|row|background" in r.output
+    r = run(cli, ["caption", "x.png", "--world", "0", "-c", "classifier"])
+    assert r.exit_code == 2 and "has none" in r.output
+    r = run(cli, ["caption", "x.png", "--world", "0", "--bank", "default"])
+    assert r.exit_code == 2 and "--bank does not go with --world" in r.output
+    r = run(cli, ["eval", "coco", "--dataset", "world", "--coco-root", "/nowhere"])
+    assert r.exit_code == 2 and "takes no dataset folder" in r.output
+    r = run(cli, ["eval", "coco", "--split", "val"])
+    assert r.exit_code == 2 and "--split goes with --dataset world" in r.output
+    with pytest.raises(CaptionerError, match="no attribute 'world:shape'; choose one of colour"):
+        from captioner.world.zeroshot import check_attribute
+
+        check_attribute("world:shape")

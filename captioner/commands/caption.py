@@ -25,7 +25,24 @@ def _common(f):
     f = click.option("--top-k", "-k", default=5, show_default=True, type=click.IntRange(1, 100))(f)
     f = click.option("--json", "as_json", is_flag=True, help="Print the results as JSON.")(f)
     f = click.option("--quiet", "-q", is_flag=True, help="No progress output while building.")(f)
+    f = click.option("--world", "world_seed", type=int, default=None, metavar="SEED",
+                     help="Use the JEPA world of this seed (`captioner world train`): its image and text JEPAs, its "
+                          "train captions as the bank, the lattice matcher's pair-free map; replaces the encoder "
+                          "and bank options.")(f)
+    f = click.option("--world-preset", default=None, help="With --world: the trained world's preset (default: lab, "
+                     "else whichever is trained for the seed).")(f)
     return f
+
+
+def _world_pipeline(seed: int, preset: str | None, rotation_file, bank=None):
+    """The world's pipeline for ``--world SEED`` (refusing the options it replaces)."""
+    if rotation_file:
+        raise click.UsageError("--rotation-file does not go with --world (the world fits its own maps)")
+    if bank not in (None, "train"):
+        raise click.UsageError("--bank does not go with --world (its bank is the world's train captions)")
+    from captioner.world.demo import world_pipeline
+
+    return world_pipeline(preset, seed)
 
 
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"  # the rotations' and zero-shot's image encoder
@@ -95,13 +112,19 @@ def _resolve(captioner, rotation, no_decode, pipe_has_head) -> tuple[str, str]:
                    "dataset name, or a text file with one caption per line.")
 @click.option("--bank-limit", type=click.IntRange(1), default=None, help="Keep the first N bank captions.")
 def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, device, top_k, as_json, quiet,
-                captioner, no_decode, bank, bank_limit):
+                world_seed, world_preset, captioner, no_decode, bank, bank_limit):
     """Caption image files: the caption and the top-k retrieved bank captions with scores.
 
     The first run embeds the caption bank into $CAPTIONER_HOME (about 7,000 captions; `make eval` builds it
     ahead); a later one-image call takes about 1 s on 2 lightly loaded cores (docs/performance.md), plus tens
     of milliseconds per further image. --captioner decoder trains a decoder on first use (minutes).
+    With --world SEED: a render of the JEPA world captioned by the world's decoder (reading the rotated
+    render) unless --captioner says otherwise.
+
     Exit status 3 when any image file was skipped (the others are still captioned)."""
+    if world_seed is not None:
+        return _caption_world(images, rotation, rotation_file, top_k, as_json, world_seed, world_preset,
+                              captioner, no_decode, bank)
     from captioner.encoders import get_encoder
     from captioner.encoders.heads import has_classifier_head
     from captioner.photocaption import CLASSIFIER_ENCODER
@@ -120,9 +143,25 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
         res = classifier_captions(pipe, ims, top_k=top_k)
     else:
         res = pipe.caption(ims, top_k=top_k, rotation=rotation_, decode=captioner == "decoder")
+    _print_captions(ok, res, bad, captioner, None if captioner == "classifier" else rotation_, bank, as_json)
+
+
+def _caption_world(images, rotation, rotation_file, top_k, as_json, seed, preset, captioner, no_decode, bank):
+    if captioner == "classifier":
+        raise click.UsageError("--captioner classifier needs an image encoder with a classifier head; the world's "
+                               "image JEPA has none")
+    pipe = _world_pipeline(seed, preset, rotation_file, bank)
+    captioner = captioner or ("retrieval" if no_decode else "decoder")
+    rotation = rotation or "paired"
+    ims, ok, bad = load_images(images)
+    res = pipe.caption(ims, top_k=top_k, rotation=rotation, decode=captioner == "decoder")
+    _print_captions(ok, res, bad, captioner, rotation, f"world-s{seed} train captions", as_json)
+
+
+def _print_captions(ok, res, bad, captioner, rotation, bank, as_json):
     rows = [{"image": p, **r} for p, r in zip(ok, res)]
     if as_json:
-        click.echo(json.dumps({"captioner": captioner, "rotation": None if captioner == "classifier" else rotation_,
+        click.echo(json.dumps({"captioner": captioner, "rotation": rotation,
                                "bank": bank, "results": rows, "skipped": bad,
                                "timings_note": "timings_ms are per image: the batch's time over its images"},
                               indent=2))
@@ -191,12 +230,18 @@ def named_label_set(name: str) -> tuple[list[str], list[str]]:
 @click.option("--label-set", default=None, help=f"A named label set instead: {LABEL_SETS_HELP}.")
 @_common
 def classify_cli(images, labels, label_set, rotation, rotation_file, image_encoder, text_encoder, device, top_k,
-                 as_json, quiet):
+                 as_json, quiet, world_seed, world_preset):
     """Classify image files zero-shot among --labels (or a --label-set): each class is the mean of its 80
     prompt embeddings ("a photo of a {c}." ...), each image is rotated into text space and scored.
 
+    With --world SEED: a render of the JEPA world classified by one attribute, --label-set colour (size,
+    col, row, background), each value the mean of its prompts in the world's words.
+
     Exit status 3 when any image file was skipped (the others are still classified)."""
     from captioner.zeroshot import check_labels
+    if world_seed is not None:
+        return _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, world_seed,
+                               world_preset)
     if labels is not None and not labels.strip(" ,"):
         raise click.UsageError("--labels is empty: give class names, e.g. --labels cat,dog,car")
     if labels is not None and label_set:
@@ -219,9 +264,30 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
         res = pipe.classify(ims, names, top_k=top_k, rotation=rotation)
     else:
         res = _classify_with_prompts(pipe, ims, names, prompts, top_k, rotation)
+    _print_labels(ok, res, bad, rotation, len(names), as_json)
+
+
+def _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, seed, preset):
+    from captioner.world.zeroshot import ATTRIBUTES, check_attribute, classifier
+    from captioner.zeroshot import topk
+
+    if labels is not None or not label_set:
+        raise click.UsageError(f"with --world, classify by one attribute: --label-set {'|'.join(ATTRIBUTES)}")
+    attr = check_attribute(label_set)
+    pipe = _world_pipeline(seed, preset, rotation_file)
+    rotation = rotation or "paired"
+    clf = classifier(pipe, attr, rotation)
+    ims, ok, bad = load_images(images)
+    P = clf.predict_proba(pipe.encode_images(ims))
+    top = topk(P, min(top_k, len(clf.labels)))
+    res = [{"labels": [{"label": clf.labels[j], "prob": float(P[i, j])} for j in top[i]]} for i in range(len(P))]
+    _print_labels(ok, res, bad, rotation, len(clf.labels), as_json)
+
+
+def _print_labels(ok, res, bad, rotation, n_classes, as_json):
     rows = [{"image": p, **r} for p, r in zip(ok, res)]
     if as_json:
-        click.echo(json.dumps({"rotation": rotation, "n_classes": len(names), "results": rows, "skipped": bad},
+        click.echo(json.dumps({"rotation": rotation, "n_classes": n_classes, "results": rows, "skipped": bad},
                               indent=2))
     else:
         for r in rows:

@@ -30,13 +30,23 @@ def _subset(ds, n: int | None, seed: int = 0):
 
 def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text_encoder="minilm-l6", device="cpu",
                         progress=True, beam=1, decoder_preset=None, train_limit=20000, test_limit=None,
-                        pairfree_max=2000, decode_input="auto"):
+                        pairfree_max=2000, decode_input="auto", world=None):
     """(Pipeline, test set) for the embedded Tux Paint test split, or the COCO Karpathy test split under
     ``coco_root`` (bank, pairs and decoder corpus from the Karpathy train split, at most ``train_limit``
-    images)."""
+    images), or with ``world=(preset, seed, split)`` the JEPA world's ``split`` through the world's own
+    pipeline (``captioner.world.demo.world_pipeline``: its image and text JEPAs, its train captions as the
+    bank, the lattice matcher's pair-free map, the world's decoder reading the rotated render)."""
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
 
+    if world is not None:
+        from captioner.world.demo import world_pipeline
+
+        preset, seed, split = world
+        if split == "train":
+            raise CaptionerError("--split train: the world's train split is its bank and its pairs; "
+                                 "evaluate on val or test")
+        return world_pipeline(preset, seed), _subset(get_dataset("world", split, seed=seed), test_limit)
     preset = decoder_preset or ("base" if str(device).startswith("cuda") else "small")
     kw = dict(image_encoder=image_encoder, text_encoder=text_encoder, device=device, progress=progress, beam=beam,
               decoder_preset=preset, pairfree_max=pairfree_max, decode_input=decode_input)
@@ -53,9 +63,11 @@ def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text
 
 
 def _runs_dir(*parts) -> Path:
+    import re
+
     from captioner.paths import subdir
 
-    return subdir("runs").joinpath(*[p.replace("/", "_").replace(":", "_") for p in parts])
+    return subdir("runs").joinpath(*[re.sub(r"[/:?&=]", "_", p) for p in parts])
 
 
 @click.group("eval")
@@ -71,6 +83,14 @@ def cli():
                    "rotated query; see --decode-input).")
 @click.option("--coco-root", type=click.Path(), default=None,
               help="COCO folder with dataset_coco.json (Karpathy split) and the images; default: Tux Paint test.")
+@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "world"]), default="tuxpaint", show_default=True,
+              help="world: the JEPA world's held-out scenes, with its trained JEPAs (`captioner world train`) in place "
+                   "of the encoder options.")
+@click.option("--world-seed", default=0, show_default=True, help="--dataset world: the world seed.")
+@click.option("--world-preset", default=None, help="--dataset world: the trained world's preset (default: lab, "
+              "else whichever is trained for the seed).")
+@click.option("--split", type=click.Choice(["val", "test"]), default="test", show_default=True,
+              help="--dataset world: the held-out split scored.")
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
@@ -92,8 +112,9 @@ def cli():
               help="With --results: the COCO captions file (captions_<split>.json) holding the references.")
 @click.option("--json", "as_json", is_flag=True, help="Print the metrics as JSON.")
 @click.option("--quiet", "-q", is_flag=True)
-def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device, beam, decode_input, decoder_preset,
-             train_limit, test_limit, pairfree_max, meteor, spice, out, results, annotations, as_json, quiet):
+def coco_cli(rotation, captioner, coco_root, dataset, world_seed, world_preset, split, image_encoder, text_encoder, device,
+             beam, decode_input, decoder_preset, train_limit, test_limit, pairfree_max, meteor, spice, out, results,
+             annotations, as_json, quiet):
     """Caption the evaluation split, write the predictions in the COCO results format
     ([{"image_id", "caption"}]) and score them with pycocoevalcap: BLEU-1..4, METEOR, ROUGE-L, CIDEr
     (0-10 as pycocoevalcap gives it, and x100 as papers print it), SPICE only when its jars are present.
@@ -106,13 +127,27 @@ def coco_cli(rotation, captioner, coco_root, image_encoder, text_encoder, device
         _score_files_cli(results, annotations, meteor, spice, out, as_json)
         return
 
+    world = _world_option(dataset, coco_root, world_seed, world_preset, split)
     pipe, test = build_eval_pipeline(coco_root, image_encoder, text_encoder, device, not quiet, beam,
-                                     decoder_preset, train_limit, test_limit, pairfree_max, decode_input)
+                                     decoder_preset, train_limit, test_limit, pairfree_max, decode_input, world)
     out = Path(out) if out else _runs_dir("eval-coco", f"{test.name}-{test.split}", f"{captioner}-{rotation}",
-                                          f"{image_encoder}--{text_encoder}")
+                                          f"{pipe.image_encoder}--{pipe.text_encoder}")
     res = evaluate(pipe, test, rotation=rotation, captioner=captioner, out_dir=out, meteor=meteor, spice=spice)
     if not _show(res, as_json, f"{test.name}/{test.split}: {captioner}, rotation {rotation}"):
         click.echo(f"results: {res['files']['results']}")
+
+
+def _world_option(dataset, coco_root, seed, preset, split):
+    """(preset, seed, split) for ``--dataset world`` (None otherwise), refusing options that do not go with it."""
+    if dataset != "world":
+        if split != "test":
+            raise click.UsageError("--split goes with --dataset world (Tux Paint and COCO score their test split)")
+        return None
+    if coco_root:
+        raise click.UsageError("--dataset world takes no dataset folder (--coco-root / --root)")
+    from captioner.world.models import default_preset
+
+    return preset or default_preset(seed), seed, split
 
 
 def _show(res: dict, as_json: bool, title: str) -> bool:
@@ -141,9 +176,14 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
 
 
 @cli.command("zeroshot")
-@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100"]), default="tuxpaint", show_default=True)
+@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100", "world"]), default="tuxpaint",
+              show_default=True, help="world: each attribute of the JEPA world's held-out renders, with its trained "
+                                      "JEPAs in place of the encoder options.")
 @click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")
-@click.option("--split", default=None, help="Default: test (tuxpaint), val (imagenet100).")
+@click.option("--split", default=None, help="Default: test (tuxpaint, world), val (imagenet100).")
+@click.option("--world-seed", default=0, show_default=True, help="--dataset world: the world seed.")
+@click.option("--world-preset", default=None, help="--dataset world: the trained world's preset (default: lab, "
+              "else whichever is trained for the seed).")
 @click.option("--mode", "-m", type=click.Choice(ZEROSHOT_MODES),
               default="paired", show_default=True,
               help="pairfree: the pair-free rotation; head: the classifier-head pseudo-pair rotation (no pairs); "
@@ -156,23 +196,33 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
 @click.option("--out", type=click.Path(), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
-def zeroshot_cli(dataset, root, split, mode, prompts, image_encoder, text_encoder, device, out, as_json, quiet):
+def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, image_encoder, text_encoder, device, out,
+                 as_json, quiet):
     """Zero-shot top-1 / top-5 accuracy: classes are the mean of their template prompts, renormalised; images
     are rotated into text space (paired / pairfree / head / ridge / random) or matched by clusters (cluster)."""
     from captioner.paths import atomic_write_json
     from captioner.pipeline import Pipeline
     from eval.zeroshot import evaluate_zeroshot, format_table
 
-    pipe = Pipeline.default(image_encoder=image_encoder, text_encoder=text_encoder, device=device,
-                            progress=not quiet)
-    res = evaluate_zeroshot(pipe, dataset, mode, root=root, split=split, prompts=prompts)
-    path = Path(out) if out else _runs_dir("eval-zeroshot", f"{res['dataset']}-{res['split']}",
-                                           f"{mode}-{prompts}", f"{image_encoder}--{text_encoder}") / "metrics.json"
+    if dataset == "world":
+        from eval.zeroshot import evaluate_world_zeroshot
+
+        world = _world_option("world", root, world_seed, world_preset, split or "test")
+        pipe, _ = build_eval_pipeline(world=world)
+        res = evaluate_world_zeroshot(pipe, mode, split=world[2], seed=world_seed)
+        name, prompts = f"world-s{world_seed}-{world[2]}", "world-words"
+    else:
+        pipe = Pipeline.default(image_encoder=image_encoder, text_encoder=text_encoder, device=device,
+                                progress=not quiet)
+        res = evaluate_zeroshot(pipe, dataset, mode, root=root, split=split, prompts=prompts)
+        name = f"{res['dataset']}-{res['split']}"
+    path = Path(out) if out else _runs_dir("eval-zeroshot", name, f"{mode}-{prompts}",
+                                           f"{pipe.image_encoder}--{pipe.text_encoder}") / "metrics.json"
     atomic_write_json(path, res)
     if as_json:
         click.echo(json.dumps(res, indent=2))
         return
-    click.echo(format_table([res]))
+    click.echo(format_table(res if isinstance(res, list) else [res]))
     click.echo(f"metrics: {path}")
 
 

@@ -27,7 +27,8 @@ class JEPAEncoder(Encoder):
     """Embeds texts (text-jepa: projected mean pool; ntp: mean of final hidden states) or images
     (image-jepa: projected global pool) with a checkpoint written by ``captioner train``."""
 
-    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 128, pool: str | None = None):
+    def __init__(self, path: str | Path, device: str = "cpu", batch_size: int = 128, pool: str | None = None,
+                 normalize: bool = False):
         import torch
 
         from captioner.jepa.model import build_model
@@ -57,6 +58,7 @@ class JEPAEncoder(Encoder):
             self.dim, self.pooling = self.cfg.text.embed_dim, "mean+proj"
         else:
             self.dim, self.pooling = self.cfg.image.embed_dim, "global+proj"
+        self.normalize = bool(normalize)   # unit-length rows (the JEPA world's encoders: the space its report reads)
         self._torch = torch
 
     def weights_hash(self) -> str:
@@ -64,6 +66,8 @@ class JEPAEncoder(Encoder):
 
     def extra_fingerprint(self) -> dict:
         fp = {"kind": self.kind, "preset": self.cfg.preset, "step": self.step}
+        if self.normalize:
+            fp["normalize"] = True
         if self.kind == "ntp" and self.pooling != "mean":
             fp["pooling"] = self.pooling
         if self.modality == "text":
@@ -91,7 +95,10 @@ class JEPAEncoder(Encoder):
                     x = pil_to_uint8([im.convert("RGB") for im in batch[i: i + self.batch_size]],
                                      self.cfg.image.image_size)
                     out.append(self.model.embed(x.to(self.device).float() / 255.0).float().cpu().numpy())
-        return np.concatenate(out).astype(np.float32)
+        out = np.concatenate(out).astype(np.float32)
+        if self.normalize:
+            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        return out
 
 
 def load_jepa_encoder(path: str | Path, device: str = "cpu", **kw) -> JEPAEncoder:

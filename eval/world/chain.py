@@ -122,7 +122,7 @@ def score_rotation(Q: np.ndarray, ctx: dict) -> dict:
 def text_context(name: str, st, device: str = "cpu") -> dict:
     """The text side of one encoder: bank embeddings, the test pairs' captions, one caption per test scene
     (R@1 candidates) and the zero-shot heads, all centred on the bank's mean."""
-    from captioner.zeroshot import head_from_embeddings
+    from captioner.world.zeroshot import attribute_head
     from eval.world.setting import attribute_labels
 
     Yb = embed(name, st.bank, device)
@@ -133,10 +133,7 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
         first.setdefault(s.label, s.captions[0])
     Ysc = embed(name, [first[k] for k in scenes], device)
     pair_txt = [s.captions[int(s.id.rsplit("-r", 1)[1]) % len(s.captions)] for s in st.test.samples]
-    heads = {}
-    for attr, rows in st.prompts.items():
-        E = embed(name, [p for _, ps in rows for p in ps], device)
-        heads[attr] = ([v for v, _ in rows], head_from_embeddings(_centred(E, mu), [len(ps) for _, ps in rows]))
+    heads = {attr: attribute_head(lambda t: embed(name, t, device), attr, mu) for attr in st.prompts}
     return {"Y": Yb, "mu": mu, "bank": st.bank, "bank_c": _centred(Yb, mu), "scene_caps": _centred(Ysc, mu),
             "scene_index": np.array([scenes.index(s.label) for s in st.test.samples]),
             "Y_test_pairs": embed(name, pair_txt, device), "heads": heads, "labels": attribute_labels(st.test)}

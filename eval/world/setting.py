@@ -20,7 +20,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ATTRIBUTES = ("colour", "size", "col", "row", "background")
+from captioner.world.zeroshot import ATTRIBUTES, prompts  # noqa: F401  (the report's prompts)
+
 # value frequencies of the unpaired sets: geometric in the value order, a ratio per attribute (distinct, so
 # that no two attributes or values share a frequency profile)
 PRIOR = {"colour": 0.55, "size": 0.3, "col": 0.45, "row": 0.25, "background": 0.12}
@@ -42,23 +43,6 @@ class Setting:
     uniform_images: np.ndarray     # train rows of the first scene set, each once
     uniform_captions: np.ndarray   # bank rows of the second scene set, each once
     prompts: dict            # attribute -> [(value, [prompt, ...]), ...]
-
-
-def prompts() -> dict:
-    """Zero-shot prompts per attribute value, from the world's own words (text only): e.g. colour red ->
-    "a red disc", "a crimson dot", ...; column left -> "a disc on the left", ..."""
-    from captioner.world import scenes as W
-
-    out = {}
-    for attr in ATTRIBUTES:
-        rows = []
-        for value, (_, syn) in W.VALUE_WORDS[attr].items():
-            if attr in ("colour", "size"):
-                rows.append((value, [f"a {w} {n}" for w in syn for n in W.NOUNS]))
-            else:
-                rows.append((value, [f"a {n} {w}" for w in syn for n in W.NOUNS]))
-        out[attr] = rows
-    return out
 
 
 def setting(seed: int = 0) -> Setting:

@@ -1,0 +1,60 @@
+"""Zero-shot labels for the JEPA world's attributes, from text alone.
+
+Each value of an attribute (colour red, size big, column left, ...) is the mean of its prompts built from the
+world's own words (``captioner.world.scenes.VALUE_WORDS``: "a red disc", "a crimson dot", "a disc on the
+left", ...), each prompt centred on the caption bank's mean as the rotated renders are. ``captioner world
+report``, ``captioner eval zeroshot --dataset world`` and ``captioner classify --world`` all read these heads.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from captioner.errors import CaptionerError
+
+ATTRIBUTES = ("colour", "size", "col", "row", "background")
+
+
+def prompts() -> dict:
+    """attribute -> [(value, [prompt, ...]), ...]: e.g. colour red -> "a red disc", "a crimson dot", ...;
+    column left -> "a disc on the left", ..."""
+    from captioner.world import scenes as W
+
+    out = {}
+    for attr in ATTRIBUTES:
+        rows = []
+        for value, (_, syn) in W.VALUE_WORDS[attr].items():
+            if attr in ("colour", "size"):
+                rows.append((value, [f"a {w} {n}" for w in syn for n in W.NOUNS]))
+            else:
+                rows.append((value, [f"a {n} {w}" for w in syn for n in W.NOUNS]))
+        out[attr] = rows
+    return out
+
+
+def check_attribute(name: str) -> str:
+    """``name`` (``world:colour`` or ``colour``) as an attribute, or a one-line error listing them."""
+    attr = name.split(":", 1)[1] if name.startswith("world:") else name
+    if attr not in ATTRIBUTES:
+        raise CaptionerError(f"the world has no attribute {name!r}; choose one of {', '.join(ATTRIBUTES)}")
+    return attr
+
+
+def attribute_head(encode, attribute: str, mu: np.ndarray) -> tuple[list[str], np.ndarray]:
+    """(values, (C, D) unit class vectors) of ``attribute``; ``encode`` embeds texts, ``mu`` is the bank's mean
+    (of unit rows) that the prompts are centred on."""
+    from captioner.bank import l2n
+    from captioner.zeroshot import head_from_embeddings
+
+    rows = prompts()[check_attribute(attribute)]
+    E = l2n(np.asarray(encode([p for _, ps in rows for p in ps]), np.float32))
+    return [v for v, _ in rows], head_from_embeddings(l2n(E - mu), [len(ps) for _, ps in rows])
+
+
+def classifier(pipe, attribute: str, rotation: str = "paired"):
+    """A ``captioner.zeroshot.ZeroShotClassifier`` of ``attribute`` for a world pipeline
+    (``captioner.world.demo.world_pipeline``) through its map ``rotation``."""
+    from captioner.zeroshot import ZeroShotClassifier
+
+    mu = pipe.bank().centered()[0]
+    labels, W = attribute_head(pipe.encoder("text").encode, attribute, mu)
+    return ZeroShotClassifier(labels, W, pipe.serving_rotation(rotation), mu=mu)
