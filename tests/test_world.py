@@ -384,7 +384,25 @@ def test_world_options_are_refused_where_they_do_not_apply():
     assert r.exit_code == 2 and "takes no dataset folder" in r.output
     r = run(cli, ["eval", "coco", "--split", "val"])
     assert r.exit_code == 2 and "--split goes with --dataset world" in r.output
+    r = run(cli, ["embed", "-e", "minilm-l6", "-d", "tuxpaint", "--world-seed", "1"])
+    assert r.exit_code == 2 and "--world-seed goes with --dataset world" in r.output
     with pytest.raises(CaptionerError, match="no attribute 'world:shape'; choose one of colour"):
         from captioner.world.zeroshot import check_attribute
 
         check_attribute("world:shape")
+
+
+def test_embed_reads_the_world_split_of_the_seed_given(tmp_path):
+    from click.testing import CliRunner
+
+    from captioner.cache import load_embeddings
+    from captioner.cli import cli
+    from captioner.datasets import get_dataset
+
+    out = tmp_path / "val-s1.safetensors"
+    r = CliRunner().invoke(cli, ["embed", "-e", "minilm-l6", "-d", "world", "-s", "val", "--world-seed", "1",
+                                 "--out", str(out), "--json"])
+    assert r.exit_code == 0, r.output
+    es = load_embeddings(out)
+    want = get_dataset("world", "val", seed=1)
+    assert set(es.sample_ids) == {s.id for s in want.samples} and es.sample_ids[0].startswith("world-s1-")

@@ -10,9 +10,11 @@ import click
 @click.command("embed")
 @click.option("--encoder", "-e", required=True, help="Encoder name (see `captioner encoders`).")
 @click.option("--dataset", "-d", default="tuxpaint", show_default=True,
-              help="tuxpaint, emoji, samples, coco, coco-official, imagenet100, folder.")
+              help="tuxpaint, gcompris, openclipart, emoji, samples, world, coco, coco-official, imagenet100, folder.")
 @click.option("--split", "-s", default="test", show_default=True, help="train, val, test or all (val2014 ... for coco-official).")
 @click.option("--root", type=click.Path(), default=None, help="Dataset folder (coco, imagenet100, folder).")
+@click.option("--world-seed", type=int, default=None,
+              help="--dataset world: the seed of its scene splits (default 0; use the seed of the world's encoders).")
 @click.option("--modality", type=click.Choice(["image", "text"]), default=None,
               help="Default: the encoder's own modality.")
 @click.option("--batch-size", "-b", default=32, show_default=True)
@@ -20,7 +22,7 @@ import click
 @click.option("--out", type=click.Path(), default=None, help="Cache file (default: keyed name under $CAPTIONER_HOME).")
 @click.option("--force", is_flag=True, help="Re-encode even if a matching cache exists.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
-def cli(encoder, dataset, split, root, modality, batch_size, device, out, force, as_json):
+def cli(encoder, dataset, split, root, world_seed, modality, batch_size, device, out, force, as_json):
     """Encode a dataset split into the embedding cache (safetensors + JSON sidecar).
 
     A second run with the same encoder, dataset and split reuses the cache. Unreadable images are
@@ -28,7 +30,9 @@ def cli(encoder, dataset, split, root, modality, batch_size, device, out, force,
     from captioner.cache import embed
     from captioner.datasets import get_dataset
 
-    ds = get_dataset(dataset, split, root=root)
+    if world_seed is not None and dataset != "world":
+        raise click.UsageError("--world-seed goes with --dataset world")
+    ds = get_dataset(dataset, split, root=root, **({"seed": world_seed} if world_seed is not None else {}))
     t0 = time.time()
     es = embed(encoder, ds, modality=modality, batch_size=batch_size, device=device, force=force, out=out)
     dt = time.time() - t0
