@@ -365,6 +365,14 @@ def _world_through_the_cli(tmp_path):
                   "--label-set", "colour", "--json", "-q"])
     assert r.exit_code == 0, r.output
     assert len(json.loads(r.output)["results"][0]["labels"]) == 5      # top 5 of the 6 colours
+    # its probabilities: the scale minimises the val split's NLL over all five attributes
+    from captioner.calibration import _nll
+    from captioner.world.zeroshot import calibrated_scale, val_cosines
+
+    scale = calibrated_scale(pipe, "paired")
+    C, y = val_cosines(pipe, "paired")
+    assert C.shape == (5 * len(get_dataset("world", "val", seed=0)), 6) and set(np.unique(y)) <= set(range(6))
+    assert all(_nll(scale, C, y) <= _nll(s, C, y) + 1e-9 for s in (scale / 2, scale * 2, 100.0))
 
 
 def test_world_options_are_refused_where_they_do_not_apply():

@@ -35,6 +35,7 @@ def world_pipeline(preset: str | None = None, seed: int = 0):
                                               decoder_corpus="bank", decoder_preset=DECODER["preset"],
                                               decoder_overrides={k: v for k, v in DECODER.items() if k != "preset"},
                                               decode_input=DECODE_INPUT)
+            _PIPES[(preset, seed)].world_seed = seed     # its val split calibrates zero-shot (world.zeroshot)
             _PIPES[(preset, seed)].use_rotation("pairfree", _lattice_map(_PIPES[(preset, seed)], seed))
         return _PIPES[(preset, seed)]
 

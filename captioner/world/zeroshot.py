@@ -50,11 +50,48 @@ def attribute_head(encode, attribute: str, mu: np.ndarray) -> tuple[list[str], n
     return [v for v, _ in rows], head_from_embeddings(l2n(E - mu), [len(ps) for _, ps in rows])
 
 
-def classifier(pipe, attribute: str, rotation: str = "paired"):
+def classifier(pipe, attribute: str, rotation: str = "paired", calibrated: bool = True):
     """A ``captioner.zeroshot.ZeroShotClassifier`` of ``attribute`` for a world pipeline
-    (``captioner.world.demo.world_pipeline``) through its map ``rotation``."""
-    from captioner.zeroshot import ZeroShotClassifier
+    (``captioner.world.demo.world_pipeline``) through its map ``rotation``; with ``calibrated`` its logit scale
+    is :func:`calibrated_scale`'s (else CLIP's 100, which on 12-d unit vectors gives 1.000 / 0.000)."""
+    from captioner.zeroshot import DEFAULT_LOGIT_SCALE, ZeroShotClassifier
 
     mu = pipe.bank().centered()[0]
     labels, W = attribute_head(pipe.encoder("text").encode, attribute, mu)
-    return ZeroShotClassifier(labels, W, pipe.serving_rotation(rotation), mu=mu)
+    scale = calibrated_scale(pipe, rotation) if calibrated else DEFAULT_LOGIT_SCALE
+    return ZeroShotClassifier(labels, W, pipe.serving_rotation(rotation), mu=mu, logit_scale=scale)
+
+
+def calibrated_scale(pipe, rotation: str) -> float:
+    """The logit scale of softmax(scale * cos) minimising the negative log-likelihood of the true values of all
+    five attributes together, on the world's val renders (``pipe.world_seed``'s split; never test), through
+    ``rotation``. Kept on the pipeline per rotation (128 renders: a fraction of a second)."""
+    from captioner.calibration import fit_logit_scale
+
+    cache = pipe.__dict__.setdefault("_world_scales", {})
+    if rotation not in cache:
+        cache[rotation] = fit_logit_scale(*val_cosines(pipe, rotation))
+    return cache[rotation]
+
+
+def val_cosines(pipe, rotation: str) -> tuple[np.ndarray, np.ndarray]:
+    """(C (5 N, width) cosines of the val renders to every attribute's values, y (5 N,) the true values): one
+    block per attribute, classes padded with a cosine of -1000 that no scale can pick."""
+    from captioner.bank import l2n
+    from captioner.datasets import get_dataset
+    from captioner.world.scenes import all_scenes
+
+    val = get_dataset("world", "val", seed=getattr(pipe, "world_seed", 0))
+    mu = pipe.bank().centered()[0]
+    Q = l2n(np.asarray(pipe.serving_rotation(rotation).transform(pipe.encode_images(
+        [s.source() for s in val.samples])), np.float32) - mu)
+    scene = {sc.key(): sc for sc in all_scenes()}
+    width = max(len(v) for v in prompts().values())
+    C, y = [], []
+    for attr in ATTRIBUTES:
+        labels, W = attribute_head(pipe.encoder("text").encode, attr, mu)
+        c = np.full((len(Q), width), -1e3)
+        c[:, :len(labels)] = Q @ W.T
+        C.append(c)
+        y += [labels.index(getattr(scene[s.label], attr)) for s in val.samples]
+    return np.vstack(C), np.array(y)
