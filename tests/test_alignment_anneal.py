@@ -106,3 +106,29 @@ def test_paired_column_fits_on_a_fresh_draw_of_the_same_problem():
     truth = oracle(X, Y, true, Q)["assignment"]
     assert paired_accuracy(X, Y, true, 100, 32, 2.0, 3) < truth - 0.1
     assert abs(paired_accuracy(X, Y, true, 4000, 32, 2.0, 3) - truth) < 0.03
+
+
+def test_soft_em_and_free_energy_known_answers():
+    """Identical clouds: the identity has free energy ~0 and a random rotation far more; EM with the matching
+    summed out, started near the truth of an easy problem, ends on the exact matching."""
+    import numpy as np
+    from scipy.linalg import expm
+
+    from alignment.matching import _prepare, _procrustes
+    from eval.experiments.matcher_ceiling import free_energy, oracle_perm, soft_em
+
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((60, 4))
+    Rr = np.linalg.qr(rng.standard_normal((4, 4)))[0]
+    assert abs(free_energy(A, A, np.eye(4), 1e-3)) < 1e-3
+    assert free_energy(A, A, Rr, 1e-3) > 0.1
+
+    X, Y, true, _ = make_problem(300, 16, noise=0.05, seed=1)
+    prep = _prepare(X, Y, None, True)
+    ok = true >= 0
+    R0 = _procrustes(prep.A[ok], prep.B[true[ok]])
+    S = rng.standard_normal((16, 16))
+    R0 = R0 @ expm(0.15 * (S - S.T))                 # a rotation nudged off the truth: it mismatches rows
+    assert oracle_perm(prep.A, prep.B, R0, true, ok) < 1.0
+    R = soft_em(prep.A, prep.B, R0, tau=0.01, iters=10)
+    assert oracle_perm(prep.A, prep.B, R, true, ok) == 1.0
