@@ -34,7 +34,7 @@ def _common(f):
     return f
 
 
-def _world_pipeline(seed: int, preset: str | None, rotation_file, bank=None):
+def _world_pipeline(seed: int, preset: str | None, rotation_file, quiet: bool, bank=None):
     """The world's pipeline for ``--world SEED`` (refusing the options it replaces)."""
     if rotation_file:
         raise click.UsageError("--rotation-file does not go with --world (the world fits its own maps)")
@@ -42,7 +42,7 @@ def _world_pipeline(seed: int, preset: str | None, rotation_file, bank=None):
         raise click.UsageError("--bank does not go with --world (its bank is the world's train captions)")
     from captioner.world.demo import world_pipeline
 
-    return world_pipeline(preset, seed)
+    return world_pipeline(preset, seed, progress=not quiet)
 
 
 DEFAULT_IMAGE_ENCODER = "efficientnet-lite0"  # the rotations' and zero-shot's image encoder
@@ -123,7 +123,7 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
 
     Exit status 3 when any image file was skipped (the others are still captioned)."""
     if world_seed is not None:
-        return _caption_world(images, rotation, rotation_file, top_k, as_json, world_seed, world_preset,
+        return _caption_world(images, rotation, rotation_file, top_k, as_json, quiet, world_seed, world_preset,
                               captioner, no_decode, bank)
     from captioner.encoders import get_encoder
     from captioner.encoders.heads import has_classifier_head
@@ -146,11 +146,11 @@ def caption_cli(images, rotation, rotation_file, image_encoder, text_encoder, de
     _print_captions(ok, res, bad, captioner, None if captioner == "classifier" else rotation_, bank, as_json)
 
 
-def _caption_world(images, rotation, rotation_file, top_k, as_json, seed, preset, captioner, no_decode, bank):
+def _caption_world(images, rotation, rotation_file, top_k, as_json, quiet, seed, preset, captioner, no_decode, bank):
     if captioner == "classifier":
         raise click.UsageError("--captioner classifier needs an image encoder with a classifier head; the world's "
                                "image JEPA has none")
-    pipe = _world_pipeline(seed, preset, rotation_file, bank)
+    pipe = _world_pipeline(seed, preset, rotation_file, quiet, bank)
     captioner = captioner or ("retrieval" if no_decode else "decoder")
     rotation = rotation or "paired"
     ims, ok, bad = load_images(images)
@@ -240,8 +240,8 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
     Exit status 3 when any image file was skipped (the others are still classified)."""
     from captioner.zeroshot import check_labels
     if world_seed is not None:
-        return _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, world_seed,
-                               world_preset)
+        return _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, quiet,
+                               world_seed, world_preset)
     if labels is not None and not labels.strip(" ,"):
         raise click.UsageError("--labels is empty: give class names, e.g. --labels cat,dog,car")
     if labels is not None and label_set:
@@ -267,14 +267,14 @@ def classify_cli(images, labels, label_set, rotation, rotation_file, image_encod
     _print_labels(ok, res, bad, rotation, len(names), as_json)
 
 
-def _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, seed, preset):
+def _classify_world(images, labels, label_set, rotation, rotation_file, top_k, as_json, quiet, seed, preset):
     from captioner.world.zeroshot import ATTRIBUTES, check_attribute, classifier
     from captioner.zeroshot import topk
 
     if labels is not None or not label_set:
         raise click.UsageError(f"with --world, classify by one attribute: --label-set {'|'.join(ATTRIBUTES)}")
     attr = check_attribute(label_set)
-    pipe = _world_pipeline(seed, preset, rotation_file)
+    pipe = _world_pipeline(seed, preset, rotation_file, quiet)
     rotation = rotation or "paired"
     clf = classifier(pipe, attr, rotation)
     ims, ok, bad = load_images(images)

@@ -46,7 +46,7 @@ def build_eval_pipeline(coco_root=None, image_encoder="efficientnet-lite0", text
         if split == "train":
             raise CaptionerError("--split train: the world's train split is its bank and its pairs; "
                                  "evaluate on val or test")
-        return world_pipeline(preset, seed), _subset(get_dataset("world", split, seed=seed), test_limit)
+        return world_pipeline(preset, seed, progress), _subset(get_dataset("world", split, seed=seed), test_limit)
     preset = decoder_preset or ("base" if str(device).startswith("cuda") else "small")
     kw = dict(image_encoder=image_encoder, text_encoder=text_encoder, device=device, progress=progress, beam=beam,
               decoder_preset=preset, pairfree_max=pairfree_max, decode_input=decode_input)
@@ -208,7 +208,7 @@ def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, 
         from eval.zeroshot import evaluate_world_zeroshot
 
         world = _world_option("world", root, world_seed, world_preset, split or "test")
-        pipe, _ = build_eval_pipeline(world=world)
+        pipe, _ = build_eval_pipeline(progress=not quiet, world=world)
         res = evaluate_world_zeroshot(pipe, mode, split=world[2], seed=world_seed)
         name, prompts = f"world-s{world_seed}-{world[2]}", "world-words"
     else:

@@ -18,8 +18,9 @@ _PIPES: dict = {}
 _LOCK = threading.Lock()
 
 
-def world_pipeline(preset: str | None = None, seed: int = 0):
-    """One Pipeline per (preset, seed): world image JEPA -> world text JEPA, bank = the train captions."""
+def world_pipeline(preset: str | None = None, seed: int = 0, progress: bool | None = None):
+    """One Pipeline per (preset, seed): world image JEPA -> world text JEPA, bank = the train captions.
+    ``progress``: show its build steps (the decoder's training bar on first use); None leaves it as it is."""
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
     from captioner.world.models import default_preset
@@ -37,6 +38,8 @@ def world_pipeline(preset: str | None = None, seed: int = 0):
                                               decode_input=DECODE_INPUT)
             _PIPES[(preset, seed)].world_seed = seed     # its val split calibrates zero-shot (world.zeroshot)
             _PIPES[(preset, seed)].use_rotation("pairfree", _lattice_map(_PIPES[(preset, seed)], seed))
+        if progress is not None:
+            _PIPES[(preset, seed)].progress = progress
         return _PIPES[(preset, seed)]
 
 
