@@ -414,3 +414,25 @@ def test_embed_reads_the_world_split_of_the_seed_given(tmp_path):
     es = load_embeddings(out)
     want = get_dataset("world", "val", seed=1)
     assert set(es.sample_ids) == {s.id for s in want.samples} and es.sample_ids[0].startswith("world-s1-")
+
+
+def test_world_renders_writes_held_out_pngs_with_their_captions(tmp_path):
+    from click.testing import CliRunner
+    from PIL import Image
+
+    from captioner.cli import cli
+    from captioner.datasets import get_dataset
+
+    r = CliRunner().invoke(cli, ["world", "renders", "--seed", "1", "--start", "40", "--n", "2", "--out",
+                                 str(tmp_path)])
+    assert r.exit_code == 0, r.output
+    want = get_dataset("world", "test", seed=1).samples[40:42]
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 2
+    for line, s in zip(lines, want):
+        path, rest = line.split(": ", 1)
+        assert rest == f"{s.label} | {s.captions[0]}"
+        im = Image.open(path)
+        assert im.size == (32, 32) and list(im.convert("RGB").getdata()) == list(s.source().getdata())
+    r = CliRunner().invoke(cli, ["world", "renders", "--start", "9999"])   # main() prints it as one line
+    assert isinstance(r.exception, CaptionerError) and "has 392 renders" in str(r.exception)

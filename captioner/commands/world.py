@@ -76,3 +76,28 @@ def report_cli(preset, seeds, texts, rotations, out, device, as_json, quiet):
     from eval.world.table import format_table
 
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
+
+
+@cli.command("renders")
+@click.option("--seed", type=int, default=0, show_default=True, help="world seed (its scene splits)")
+@click.option("--split", type=click.Choice(["train", "val", "test"]), default="test", show_default=True)
+@click.option("--n", "count", type=click.IntRange(1), default=3, show_default=True, help="renders to write")
+@click.option("--start", type=click.IntRange(0), default=0, show_default=True, help="first sample index")
+@click.option("--out", type=click.Path(file_okay=False), default=".", show_default=True, help="folder for the PNGs")
+def renders_cli(seed, split, count, start, out):
+    """Write renders of the world's scenes as PNG files (32 px, as the image JEPA sees them) and print each
+    file's scene and its first true caption: images to try `captioner caption|classify --world SEED` on."""
+    from pathlib import Path
+
+    from captioner.datasets import get_dataset
+    from captioner.errors import CaptionerError
+
+    ds = get_dataset("world", split, seed=seed)
+    if start >= len(ds):
+        raise CaptionerError(f"--start {start}: the world's {split} split of seed {seed} has {len(ds)} renders")
+    folder = Path(out)
+    folder.mkdir(parents=True, exist_ok=True)
+    for s in ds.samples[start:start + count]:
+        path = folder / f"{s.id}.png"
+        s.source().save(path)
+        click.echo(f"{path}: {s.label} | {s.captions[0]}")
