@@ -433,6 +433,6 @@ def test_world_renders_writes_held_out_pngs_with_their_captions(tmp_path):
         path, rest = line.split(": ", 1)
         assert rest == f"{s.label} | {s.captions[0]}"
         im = Image.open(path)
-        assert im.size == (32, 32) and list(im.convert("RGB").getdata()) == list(s.source().getdata())
+        assert im.size == (32, 32) and np.array_equal(np.asarray(im.convert("RGB")), np.asarray(s.source()))
     r = CliRunner().invoke(cli, ["world", "renders", "--start", "9999"])   # main() prints it as one line
     assert isinstance(r.exception, CaptionerError) and "has 392 renders" in str(r.exception)
