@@ -84,15 +84,14 @@ def _class_name_bounds(P: np.ndarray, names, samples) -> dict:
     from captioner.subject import names_subject
 
     caps = [name_caption(n) for n in names]
-    top5 = np.argsort(-P, 1)[:, :5]
-    keep = range(len(samples))             # the denominator of ``_rate``: every photo
-    hit5 = [any(names_subject(caps[j], samples[i].label, subject_extra(samples[i].label)) for j in top5[i])
-            for i in keep]
-    some = {lab: any(names_subject(c, lab, subject_extra(lab)) for c in caps)
-            for lab in {samples[i].label for i in keep}}
-    return {"bound: a top-5 class name names it": float(np.mean(hit5)) if len(keep) else float("nan"),
-            "bound: some class name names it": float(np.mean([some[samples[i].label] for i in keep]))
-            if len(keep) else float("nan")}
+    if not samples:
+        return {"bound: a top-5 class name names it": float("nan"), "bound: some class name names it": float("nan")}
+    hit5 = [any(names_subject(caps[j], s.label, subject_extra(s.label)) for j in top)
+            for s, top in zip(samples, np.argsort(-P, 1)[:, :5])]
+    some = {lab: any(names_subject(c, lab, subject_extra(lab)) for c in caps) for lab in {s.label for s in samples}}
+    # the denominator of ``_rate``: every photo
+    return {"bound: a top-5 class name names it": float(np.mean(hit5)),
+            "bound: some class name names it": float(np.mean([some[s.label] for s in samples]))}
 
 
 def text_retrieve_top1(Q: np.ndarray, bank) -> list[str]:

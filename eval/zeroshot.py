@@ -129,8 +129,7 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
     from captioner.cache import embed
     from captioner.datasets import get_dataset
     from captioner.rotations import get_kind
-    from captioner.world.zeroshot import ATTRIBUTES, classifier
-    from eval.world.setting import attribute_labels
+    from captioner.world.zeroshot import ATTRIBUTES, attribute_labels, classifier
 
     if mode not in ROTATIONS:
         raise CaptionerError(f"zero-shot mode {mode!r} is not offered on the world; choose one of "
@@ -143,7 +142,7 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
     truth = attribute_labels(ds)
     rows = []
     for attr in ATTRIBUTES:
-        clf = classifier(pipe, attr, mode)
+        clf = classifier(pipe, attr, mode, calibrated=False)   # top-k: the scale changes no ranking
         labels = clf.labels
         scores = clf.predict_proba(X)
         y = np.array([labels.index(v) for v in truth[attr]])

@@ -97,7 +97,9 @@ class JEPAEncoder(Encoder):
                     out.append(self.model.embed(x.to(self.device).float() / 255.0).float().cpu().numpy())
         out = np.concatenate(out).astype(np.float32)
         if self.normalize:
-            out /= np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+            from captioner.bank import l2n
+
+            return l2n(out)
         return out
 
 

@@ -31,6 +31,14 @@ def prompts() -> dict:
     return out
 
 
+def attribute_labels(dataset) -> dict:
+    """attribute -> (N,) the value of each sample's scene (from its label, the scene key)."""
+    from captioner.world import scenes as W
+
+    index = {sc.key(): sc for sc in W.all_scenes()}
+    return {a: np.array([getattr(index[s.label], a) for s in dataset.samples]) for a in ATTRIBUTES}
+
+
 def check_attribute(name: str) -> str:
     """``name`` (``world:colour`` or ``colour``) as an attribute, or a one-line error listing them."""
     attr = name.split(":", 1)[1] if name.startswith("world:") else name
@@ -50,16 +58,30 @@ def attribute_head(encode, attribute: str, mu: np.ndarray) -> tuple[list[str], n
     return [v for v, _ in rows], head_from_embeddings(l2n(E - mu), [len(ps) for _, ps in rows])
 
 
+def _state(pipe) -> dict:
+    """What this module keeps on a world pipeline: its attribute heads and calibrated scales."""
+    return pipe.__dict__.setdefault("_world_zeroshot", {"heads": None, "scales": {}})
+
+
+def heads(pipe) -> dict:
+    """attribute -> :func:`attribute_head` for a world pipeline (its text encoder, its bank's mean), built once."""
+    state = _state(pipe)
+    if state["heads"] is None:
+        mu = pipe.bank().centered()[0]
+        state["heads"] = {a: attribute_head(pipe.encoder("text").encode, a, mu) for a in ATTRIBUTES}
+    return state["heads"]
+
+
 def classifier(pipe, attribute: str, rotation: str = "paired", calibrated: bool = True):
     """A ``captioner.zeroshot.ZeroShotClassifier`` of ``attribute`` for a world pipeline
     (``captioner.world.demo.world_pipeline``) through its map ``rotation``; with ``calibrated`` its logit scale
     is :func:`calibrated_scale`'s (else CLIP's 100, which on 12-d unit vectors gives 1.000 / 0.000)."""
     from captioner.zeroshot import DEFAULT_LOGIT_SCALE, ZeroShotClassifier
 
-    mu = pipe.bank().centered()[0]
-    labels, W = attribute_head(pipe.encoder("text").encode, attribute, mu)
+    labels, W = heads(pipe)[check_attribute(attribute)]
     scale = calibrated_scale(pipe, rotation) if calibrated else DEFAULT_LOGIT_SCALE
-    return ZeroShotClassifier(labels, W, pipe.serving_rotation(rotation), mu=mu, logit_scale=scale)
+    return ZeroShotClassifier(labels, W, pipe.serving_rotation(rotation), mu=pipe.bank().centered()[0],
+                              logit_scale=scale)
 
 
 def calibrated_scale(pipe, rotation: str) -> float:
@@ -68,10 +90,10 @@ def calibrated_scale(pipe, rotation: str) -> float:
     ``rotation``. Kept on the pipeline per rotation (128 renders: a fraction of a second)."""
     from captioner.calibration import fit_logit_scale
 
-    cache = pipe.__dict__.setdefault("_world_scales", {})
-    if rotation not in cache:
-        cache[rotation] = fit_logit_scale(*val_cosines(pipe, rotation))
-    return cache[rotation]
+    scales = _state(pipe)["scales"]
+    if rotation not in scales:
+        scales[rotation] = fit_logit_scale(*val_cosines(pipe, rotation))
+    return scales[rotation]
 
 
 def val_cosines(pipe, rotation: str) -> tuple[np.ndarray, np.ndarray]:
@@ -79,19 +101,16 @@ def val_cosines(pipe, rotation: str) -> tuple[np.ndarray, np.ndarray]:
     block per attribute, classes padded with a cosine of -1000 that no scale can pick."""
     from captioner.bank import l2n
     from captioner.datasets import get_dataset
-    from captioner.world.scenes import all_scenes
 
     val = get_dataset("world", "val", seed=getattr(pipe, "world_seed", 0))
-    mu = pipe.bank().centered()[0]
     Q = l2n(np.asarray(pipe.serving_rotation(rotation).transform(pipe.encode_images(
-        [s.source() for s in val.samples])), np.float32) - mu)
-    scene = {sc.key(): sc for sc in all_scenes()}
-    width = max(len(v) for v in prompts().values())
+        [s.source() for s in val.samples])), np.float32) - pipe.bank().centered()[0])
+    truth = attribute_labels(val)
+    width = max(len(labels) for labels, _ in heads(pipe).values())
     C, y = [], []
-    for attr in ATTRIBUTES:
-        labels, W = attribute_head(pipe.encoder("text").encode, attr, mu)
+    for attr, (labels, W) in heads(pipe).items():
         c = np.full((len(Q), width), -1e3)
         c[:, :len(labels)] = Q @ W.T
         C.append(c)
-        y += [labels.index(getattr(scene[s.label], attr)) for s in val.samples]
+        y += [labels.index(v) for v in truth[attr]]
     return np.vstack(C), np.array(y)

@@ -64,19 +64,28 @@ def fixed_point(A, B, R, max_iter: int = 10):
     return R, perm, cost, it
 
 
-def soft_em(A, B, R, tau: float, iters: int = 30, sinkhorn: int = 20):
-    """Maximum likelihood over the unknown matching: EM from rotation ``R`` with the matching summed out
-    (Sinkhorn-balanced soft assignment exp(-d^2 / tau), then Procrustes on the expected pairs). Returns R."""
+def _balanced_plan(A, B, R, tau: float, rounds: int):
+    """(log P, D): the Sinkhorn-balanced soft assignment exp(-D / tau) of A's rows to B's under rotation ``R``
+    (every row and column summing to one; ``rounds`` row-and-column normalisations), D the squared distances."""
     from scipy.special import logsumexp
 
     from alignment.pairfree import _sqdist
 
+    D = _sqdist((np.asarray(A, np.float64) @ R).astype(np.float32), np.asarray(B, np.float32)).numpy()
+    D = D.astype(np.float64)
+    L = -D / tau
+    for _ in range(rounds):
+        L -= logsumexp(L, 1, keepdims=True)
+        L -= logsumexp(L, 0, keepdims=True)
+    return L, D
+
+
+def soft_em(A, B, R, tau: float, iters: int = 30, sinkhorn: int = 20):
+    """Maximum likelihood over the unknown matching: EM from rotation ``R`` with the matching summed out
+    (Sinkhorn-balanced soft assignment exp(-d^2 / tau), then Procrustes on the expected pairs). Returns R."""
     A64, B64 = np.asarray(A, np.float64), np.asarray(B, np.float64)
     for _ in range(iters):
-        L = -_sqdist((A64 @ R).astype(np.float32), np.asarray(B, np.float32)).numpy().astype(np.float64) / tau
-        for _ in range(sinkhorn):
-            L -= logsumexp(L, 1, keepdims=True)
-            L -= logsumexp(L, 0, keepdims=True)
+        L, _ = _balanced_plan(A, B, R, tau, sinkhorn)
         U, _, Vt = np.linalg.svd(A64.T @ np.exp(L) @ B64)
         R = U @ Vt
     return R
@@ -86,16 +95,7 @@ def free_energy(A, B, R, tau: float, sinkhorn: int = 50) -> float:
     """The entropic matching cost min_P <P, D> - tau H(P) over doubly stochastic P (D: squared distances under
     rotation ``R``), per row: -tau x the log of the likelihood of ``R`` with the matching summed out (its
     Sinkhorn / Bethe approximation), up to a constant. Lower = likelier."""
-    from scipy.special import logsumexp
-
-    from alignment.pairfree import _sqdist
-
-    D = _sqdist((np.asarray(A, np.float64) @ R).astype(np.float32), np.asarray(B, np.float32)).numpy()
-    D = D.astype(np.float64)
-    L = -D / tau
-    for _ in range(sinkhorn):
-        L -= logsumexp(L, 1, keepdims=True)
-        L -= logsumexp(L, 0, keepdims=True)
+    L, D = _balanced_plan(A, B, R, tau, sinkhorn)
     P = np.exp(L)
     return float(((P * D).sum() + tau * (P * L).sum()) / len(A))
 
@@ -145,24 +145,12 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
         for name, R0 in starts.items():
             R = soft_em(A, B, R0, tau * out["found"]["cost"])
             out.setdefault("soft_em", []).append({"tau": tau, "start": name,
-                                                  "accuracy": round(float(oracle_perm(A, B, R, true, ok)), 4),
+                                                  "accuracy": oracle(A, B, true, R)["assignment"],
                                                   "free_energy": round(free_energy(A, B, R, tau * out["found"]["cost"]),
                                                                        6)})
     out["data_prefers_found"] = bool(out["found"]["cost"] < out["truth"]["cost"]
                                      and out["found"]["heldout"] >= out["truth"]["heldout"])
     return out
-
-
-def oracle_perm(A, B, R, true, ok) -> float:
-    """Accuracy of the one-to-one assignment of A's rows to B's under rotation ``R``."""
-    from scipy.optimize import linear_sum_assignment
-
-    from alignment.pairfree import _sqdist
-
-    r, c = linear_sum_assignment(_sqdist((A @ R).astype(np.float32), np.asarray(B, np.float32)).numpy())
-    perm = np.full(len(A), -1, np.int64)
-    perm[r] = c
-    return float((perm[ok] == true[ok]).mean())
 
 
 def table(rows) -> str:

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from captioner.world.zeroshot import ATTRIBUTES, prompts  # noqa: F401  (the report's prompts)
+from captioner.world.zeroshot import ATTRIBUTES, attribute_labels, prompts  # noqa: F401  (the report's)
 
 # value frequencies of the unpaired sets: geometric in the value order, a ratio per attribute (distinct, so
 # that no two attributes or values share a frequency profile)
@@ -90,14 +90,6 @@ def prior_weights(scene_keys: list[str]) -> np.ndarray:
         rank = {v: i for i, v in enumerate(W.ATTRS[a])}
         out *= np.array([q ** rank[getattr(index[k], a)] for k in scene_keys])
     return out
-
-
-def attribute_labels(dataset) -> dict:
-    """attribute -> (N,) the value of each sample's scene (from its label, the scene key)."""
-    from captioner.world import scenes as W
-
-    index = {sc.key(): sc for sc in W.all_scenes()}
-    return {a: np.array([getattr(index[s.label], a) for s in dataset.samples]) for a in ATTRIBUTES}
 
 
 def attribute_values(scene_keys: list[str]) -> dict:
