@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from captioner.encoders.base import l2n  # noqa: F401  (re-exported)
 from captioner.errors import CaptionerError
 from captioner.subject import article  # noqa: F401  (re-exported)
 
@@ -23,13 +24,6 @@ from captioner.subject import article  # noqa: F401  (re-exported)
 def normalize_caption(s: str) -> str:
     """The form two captions are compared in: lower case, single spaces, no final punctuation."""
     return re.sub(r"[\s.!?,;:]+$", "", " ".join(str(s).lower().split()))
-
-
-def l2n(X: np.ndarray) -> np.ndarray:
-    """Rows scaled to unit length (zero rows stay zero). (N, D) -> (N, D) float32."""
-    X = np.asarray(X, np.float32)
-    n = np.linalg.norm(X, axis=-1, keepdims=True)
-    return X / np.maximum(n, 1e-12)
 
 
 @dataclass

@@ -14,6 +14,13 @@ IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 
 
+def l2n(X: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero). (N, D) -> (N, D) float32."""
+    X = np.asarray(X, np.float32)
+    n = np.linalg.norm(X, axis=-1, keepdims=True)
+    return X / np.maximum(n, 1e-12)
+
+
 class Encoder:
     """Base class. Subclasses set ``name``, ``modality`` ("image" | "text"), ``dim``, ``pooling`` and
     implement ``_encode(batch) -> np.ndarray (N, D)``."""

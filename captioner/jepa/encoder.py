@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.encoders.base import Encoder
+from captioner.encoders.base import Encoder, l2n
 from captioner.errors import CaptionerError
 
 
@@ -97,8 +97,6 @@ class JEPAEncoder(Encoder):
                     out.append(self.model.embed(x.to(self.device).float() / 255.0).float().cpu().numpy())
         out = np.concatenate(out).astype(np.float32)
         if self.normalize:
-            from captioner.bank import l2n
-
             return l2n(out)
         return out
 

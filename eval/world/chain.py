@@ -20,6 +20,8 @@ import time
 
 import numpy as np
 
+from captioner.encoders.base import l2n
+
 # CARDS: the number of values of each attribute (colour, size, column, row, background), the lattice
 # matcher's one piece of knowledge about the world besides the two unpaired clouds
 from captioner.world.scenes import CARDS
@@ -51,11 +53,6 @@ ROTATIONS = {
 RANDOM_ROTATIONS = 10
 
 
-def _l2n(X):
-    X = np.asarray(X, np.float32)
-    return X / np.maximum(np.linalg.norm(X, axis=1, keepdims=True), 1e-12)
-
-
 def world_name(name: str, preset: str, seed: int) -> str:
     """The registry name of a world encoder for ``preset`` / ``seed`` (other encoders unchanged)."""
     return f"{name}?preset={preset}&seed={seed}" if name.startswith("world-") else name
@@ -64,7 +61,7 @@ def world_name(name: str, preset: str, seed: int) -> str:
 def embed(name: str, items, device: str = "cpu") -> np.ndarray:
     from captioner.encoders import get_encoder
 
-    return _l2n(get_encoder(name, device=device, cache=False).encode(list(items)))
+    return l2n(get_encoder(name, device=device, cache=False).encode(list(items)))
 
 
 def fit_rotation(key: str, st, X: np.ndarray, Y: np.ndarray, meta: dict, **override):
@@ -100,7 +97,7 @@ def held_out_residual(Q: np.ndarray, Y: np.ndarray) -> float:
 
 
 def _centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
-    return _l2n(A - mu)
+    return l2n(A - mu)
 
 
 def score_rotation(Q: np.ndarray, ctx: dict) -> dict:
