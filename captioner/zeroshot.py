@@ -156,14 +156,73 @@ class ZeroShotClassifier:
         self.logit_scale = logit_scale
         self.mu = None if mu is None else np.asarray(mu, np.float32)
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """(N, D_img) image embeddings -> (N, C) class probabilities."""
+    def cosines(self, X: np.ndarray) -> np.ndarray:
+        """(N, D_img) image embeddings -> (N, C) cosines of the rotated (centred) images with the classes."""
         from captioner.retrieval import to_text_space
 
         Q = to_text_space(self.rotation, X, self.W.shape[1])
         if self.mu is not None:
             Q = Q - self.mu
-        return predict_proba(Q, self.W, self.logit_scale)
+        return l2n(Q) @ self.W.T
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(N, D_img) image embeddings -> (N, C) class probabilities."""
+        from alignment.pseudo import softmax
+
+        L = self.logit_scale * self.cosines(X)
+        return softmax(L).astype(L.dtype, copy=False)
+
+
+PROTOTYPE_WEIGHT = 0.4  # chosen on Tux Paint train (2-fold) and val for the head map: docs/results/pairfree-real.md
+PROTOTYPE_ROUNDS = 3
+
+
+class PrototypeClassifier:
+    """A :class:`ZeroShotClassifier` plus class prototypes in image space, found with no label: the base
+    classifier's probabilities on a pool of unlabelled images weight their centred, unit embeddings into one
+    mean per class; the prototypes' cosine, times ``weight``, is added to the text cosine, and the pool is
+    re-weighted with the sum (``rounds`` times). The pool's own images give the classes their look in image
+    space, which the class prompts only describe. No pair: the pool has no caption and no label.
+
+    >>> rng = np.random.default_rng(0)
+    >>> W = np.eye(2, 4, dtype=np.float32)                         # two classes along the first two axes
+    >>> X = np.concatenate([W[0] + 0.3 * rng.standard_normal((20, 4)), W[1] + 0.3 * rng.standard_normal((20, 4))])
+    >>> clf = PrototypeClassifier(ZeroShotClassifier(["a", "b"], W), X.astype(np.float32))
+    >>> bool((clf.predict_proba(X).argmax(1) == np.repeat([0, 1], 20)).mean() > 0.9)
+    True
+    """
+
+    def __init__(self, base: ZeroShotClassifier, pool: np.ndarray, weight: float = PROTOTYPE_WEIGHT,
+                 rounds: int = PROTOTYPE_ROUNDS):
+        from alignment.pseudo import softmax
+
+        pool = np.asarray(pool, np.float32)
+        if pool.ndim != 2 or len(pool) < 2 or not np.isfinite(pool).all():
+            raise CaptionerError(f"prototypes need a finite (N >= 2, D) pool of image embeddings, not {pool.shape}")
+        if not weight >= 0 or rounds < 1:
+            raise CaptionerError(f"prototype weight must be >= 0 and rounds >= 1, not {weight} and {rounds}")
+        self.base, self.labels, self.weight = base, base.labels, float(weight)
+        self.logit_scale = base.logit_scale
+        self.center = pool.mean(0)
+        F, L0 = self._feat(pool), base.cosines(pool)
+        L = L0
+        for _ in range(int(rounds)):
+            P = softmax(self.logit_scale * L)
+            self.C = l2n(P.T @ F)
+            L = L0 + self.weight * F @ self.C.T
+
+    def _feat(self, X) -> np.ndarray:
+        return l2n(np.asarray(X, np.float32) - self.center)
+
+    def cosines(self, X: np.ndarray) -> np.ndarray:
+        """(N, D_img) -> (N, C): the text cosine plus ``weight`` times the prototype cosine."""
+        return self.base.cosines(X) + self.weight * self._feat(X) @ self.C.T
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        from alignment.pseudo import softmax
+
+        L = self.logit_scale * self.cosines(X)
+        return softmax(L).astype(L.dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------------------

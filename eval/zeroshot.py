@@ -70,17 +70,22 @@ def zeroshot_set(dataset: str, root=None, split: str | None = None):
 
 
 def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", root=None, split: str | None = None,
-                      prompts: str = "templates", seed: int = 0) -> dict:
+                      prompts: str = "templates", seed: int = 0, prototypes: bool = False) -> dict:
     """Zero-shot top-1 / top-5 of ``pipe``'s encoders on ``dataset`` under ``mode``.
 
     Returns a dict with top1, top5, chance_top1, chance_top5, n_images, n_classes, mode, dataset, prompts,
     seconds (and the cluster-to-class permutation in cluster mode).
+
+    ``prototypes``: add class prototypes in image space found on the pipeline's unlabelled train images
+    (``captioner.zeroshot.PrototypeClassifier``; no label, no caption is read).
     """
     from captioner.cache import embed
     from captioner.zeroshot import ZeroShotClassifier, check_labels, cluster_match
 
     if mode not in MODES:
         raise CaptionerError(f"unknown zero-shot mode {mode!r}; choose one of {', '.join(MODES)}")
+    if mode == "cluster" and prototypes:
+        raise CaptionerError("prototypes need a rotation; cluster mode has none")
     t0 = time.time()
     ds, labels, names, definitions = zeroshot_set(dataset, root, split)
     labels = check_labels(labels)
@@ -108,8 +113,15 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         from captioner.rotations import get_kind
 
         clf = ZeroShotClassifier(labels, W, pipe.rotation(mode), mu=pipe.bank().centered()[0])
-        scores = clf.predict_proba(X)
         out["pairing"] = get_kind(mode).pairing
+        if prototypes:
+            from captioner.zeroshot import PrototypeClassifier
+
+            clf = PrototypeClassifier(clf, pipe._train_images())
+            out["pairing"] += (f"; class prototypes from {pipe.train_set.name}/{pipe.train_set.split}'s images, "
+                               "unlabelled")
+            out["prototypes"] = {"weight": clf.weight, "pool": int(len(pipe._train_images()))}
+        scores = clf.predict_proba(X)
     out.update(topk_accuracy(scores, y))
     C = len(labels)
     out["chance_top1"] = 1.0 / C
@@ -161,7 +173,8 @@ def format_table(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join("---" for _ in head) + "|"]
     for r in rows:
         lines.append("| " + " | ".join([
-            f"{r['dataset']}/{r['split']}", r["mode"], f"{100 * r['top1']:.1f}", f"{100 * r['top5']:.1f}",
+            f"{r['dataset']}/{r['split']}", r["mode"] + (" + prototypes" if r.get("prototypes") else ""),
+            f"{100 * r['top1']:.1f}", f"{100 * r['top5']:.1f}",
             f"{100 * r['chance_top1']:.1f}", f"{100 * r['majority_top1']:.1f}", str(r["n_classes"]),
             str(r["n_images"])]) + " |")
     return "\n".join(lines)

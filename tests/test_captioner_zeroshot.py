@@ -6,6 +6,7 @@ import pytest
 from captioner.bank import l2n
 from captioner.errors import CaptionerError
 from captioner.zeroshot import (
+    PrototypeClassifier,
     ZeroShotClassifier,
     build_head,
     check_labels,
@@ -104,3 +105,45 @@ def test_cluster_match_recovers_a_planted_class_permutation():
     assert sorted(res["perm"].tolist()) == list(range(C))
     with pytest.raises(CaptionerError, match="at least as many images"):
         cluster_match(X[:3], W)
+
+
+def _biased_two_class_world(seed: int):
+    """Two image clusters; the text vector of class a leans towards class b, so the text alone takes about a
+    fifth of the b images for a."""
+    rng = np.random.default_rng(seed)
+    y = np.repeat([0, 1], 200)
+    centres = np.array([[1.0, 0.3, 0, 0], [0.3, 1.0, 0, 0]])
+    X = (centres[y] + 0.25 * rng.standard_normal((400, 4))).astype(np.float32)
+    return X, y, np.array([[1.0, 1.2, 0, 0], [0, 1, 0, 0]], np.float32)
+
+
+def test_prototypes_from_an_unlabelled_pool_correct_a_biased_text_head():
+    X, y, W = _biased_two_class_world(0)
+    held, y_held, _ = _biased_two_class_world(1)
+    base = ZeroShotClassifier(["a", "b"], W)
+    assert 0.7 < (base.predict_proba(held).argmax(1) == y_held).mean() < 0.85
+    clf = PrototypeClassifier(base, X)  # the pool's labels are never given
+    assert (clf.predict_proba(held).argmax(1) == y_held).mean() > 0.95
+    np.testing.assert_allclose(clf.predict_proba(held).sum(1), 1.0, atol=1e-5)
+    # weight 0: the base classifier exactly
+    np.testing.assert_allclose(PrototypeClassifier(base, X, weight=0.0).predict_proba(held),
+                               base.predict_proba(held), atol=1e-6)
+
+
+@pytest.mark.parametrize("pool, kw, msg", [
+    (np.zeros((1, 4), np.float32), {}, "N >= 2"),
+    (np.full((3, 4), np.nan, np.float32), {}, "finite"),
+    (np.ones((3, 4), np.float32), {"weight": -1.0}, "weight must be >= 0"),
+    (np.ones((3, 4), np.float32), {"rounds": 0}, "rounds >= 1"),
+])
+def test_prototype_bad_input(pool, kw, msg):
+    base = ZeroShotClassifier(["a", "b"], np.eye(2, 4, dtype=np.float32))
+    with pytest.raises(CaptionerError, match=msg):
+        PrototypeClassifier(base, pool, **kw)
+
+
+def test_cluster_mode_refuses_prototypes():
+    from eval.zeroshot import evaluate_zeroshot
+
+    with pytest.raises(CaptionerError, match="cluster mode has none"):
+        evaluate_zeroshot(object(), "tuxpaint", "cluster", prototypes=True)

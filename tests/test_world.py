@@ -394,6 +394,8 @@ def test_world_options_are_refused_where_they_do_not_apply():
     assert r.exit_code == 2 and "--split goes with --dataset world" in r.output
     r = run(cli, ["embed", "-e", "minilm-l6", "-d", "tuxpaint", "--world-seed", "1"])
     assert r.exit_code == 2 and "--world-seed goes with --dataset world" in r.output
+    r = run(cli, ["eval", "zeroshot", "--dataset", "world", "--prototypes"])
+    assert r.exit_code == 2 and "--prototypes is offered on tuxpaint and imagenet100" in r.output
     with pytest.raises(CaptionerError, match="no attribute 'world:shape'; choose one of colour"):
         from captioner.world.zeroshot import check_attribute
 

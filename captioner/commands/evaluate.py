@@ -190,20 +190,24 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
                    "cluster: k-means + QAP, no rotation (Blind Match).")
 @click.option("--prompts", type=click.Choice(["templates", "definitions", "both"]), default="templates",
               show_default=True, help="definitions: WordNet glosses (ImageNet-100 only).")
+@click.option("--prototypes", is_flag=True, help="Add class prototypes in image space, found on the train "
+              "split's images with no label or caption (captioner.zeroshot.PrototypeClassifier).")
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
 @click.option("--out", type=click.Path(), default=None)
 @click.option("--json", "as_json", is_flag=True)
 @click.option("--quiet", "-q", is_flag=True)
-def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, image_encoder, text_encoder, device, out,
-                 as_json, quiet):
+def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, prototypes, image_encoder, text_encoder,
+                 device, out, as_json, quiet):
     """Zero-shot top-1 / top-5 accuracy: classes are the mean of their template prompts, renormalised; images
     are rotated into text space (paired / pairfree / head / ridge / random) or matched by clusters (cluster)."""
     from captioner.paths import atomic_write_json
     from captioner.pipeline import Pipeline
     from eval.zeroshot import evaluate_zeroshot, format_table
 
+    if dataset == "world" and prototypes:
+        raise click.UsageError("--prototypes is offered on tuxpaint and imagenet100, not on the world")
     if dataset == "world":
         from eval.zeroshot import evaluate_world_zeroshot
 
@@ -214,9 +218,9 @@ def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, 
     else:
         pipe = Pipeline.default(image_encoder=image_encoder, text_encoder=text_encoder, device=device,
                                 progress=not quiet)
-        res = evaluate_zeroshot(pipe, dataset, mode, root=root, split=split, prompts=prompts)
+        res = evaluate_zeroshot(pipe, dataset, mode, root=root, split=split, prompts=prompts, prototypes=prototypes)
         name = f"{res['dataset']}-{res['split']}"
-    path = Path(out) if out else _runs_dir("eval-zeroshot", name, f"{mode}-{prompts}",
+    path = Path(out) if out else _runs_dir("eval-zeroshot", name, f"{mode}-{prompts}" + ("-proto" if prototypes else ""),
                                            f"{pipe.image_encoder}--{pipe.text_encoder}") / "metrics.json"
     atomic_write_json(path, res)
     if as_json:
