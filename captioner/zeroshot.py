@@ -177,6 +177,20 @@ PROTOTYPE_WEIGHT = 0.4  # chosen on Tux Paint train (2-fold) and val for the hea
 PROTOTYPE_ROUNDS = 3
 
 
+def class_prototypes(L0: np.ndarray, F: np.ndarray, weight: float = PROTOTYPE_WEIGHT,
+                     rounds: int = PROTOTYPE_ROUNDS, logit_scale: float = DEFAULT_LOGIT_SCALE) -> np.ndarray:
+    """(C, D) unit class prototypes from a pool with no label: ``L0`` (N, C) the pool's text cosines, ``F``
+    (N, D) its centred unit image features. Each round weights the features by softmax(scale x (L0 + weight x
+    the prototypes' cosine)) and averages them per class (:class:`PrototypeClassifier`)."""
+    from alignment.pseudo import softmax
+
+    L = L0
+    for _ in range(int(rounds)):
+        C = l2n(softmax(logit_scale * L).T @ F)
+        L = L0 + weight * F @ C.T
+    return C
+
+
 class PrototypeClassifier:
     """A :class:`ZeroShotClassifier` plus class prototypes in image space, found with no label: the base
     classifier's probabilities on a pool of unlabelled images weight their centred, unit embeddings into one
@@ -194,8 +208,6 @@ class PrototypeClassifier:
 
     def __init__(self, base: ZeroShotClassifier, pool: np.ndarray, weight: float = PROTOTYPE_WEIGHT,
                  rounds: int = PROTOTYPE_ROUNDS):
-        from alignment.pseudo import softmax
-
         pool = np.asarray(pool, np.float32)
         if pool.ndim != 2 or len(pool) < 2 or not np.isfinite(pool).all():
             raise CaptionerError(f"prototypes need a finite (N >= 2, D) pool of image embeddings, not {pool.shape}")
@@ -204,12 +216,7 @@ class PrototypeClassifier:
         self.base, self.labels, self.weight = base, base.labels, float(weight)
         self.logit_scale = base.logit_scale
         self.center = pool.mean(0)
-        F, L0 = self._feat(pool), base.cosines(pool)
-        L = L0
-        for _ in range(int(rounds)):
-            P = softmax(self.logit_scale * L)
-            self.C = l2n(P.T @ F)
-            L = L0 + self.weight * F @ self.C.T
+        self.C = class_prototypes(base.cosines(pool), self._feat(pool), self.weight, rounds, self.logit_scale)
 
     def _feat(self, X) -> np.ndarray:
         return l2n(np.asarray(X, np.float32) - self.center)

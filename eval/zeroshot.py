@@ -132,7 +132,8 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
     return out
 
 
-def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", seed: int = 0) -> list[dict]:
+def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", seed: int = 0,
+                            prototypes: bool = False) -> list[dict]:
     """Zero-shot top-1 / top-5 of each attribute (colour, size, column, row, background) of the JEPA world's
     ``split`` renders, through ``pipe`` (``captioner.world.demo.world_pipeline``) and its rotation ``mode``:
     each value's class vector is the mean of its prompts from the world's words
@@ -152,9 +153,15 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
     order = {sid: i for i, sid in enumerate(xs.sample_ids)}
     X = xs.X[[order[s.id] for s in ds.samples]]
     truth = attribute_labels(ds)
+    pool = embed(pipe.encoder("image"), get_dataset("world", "train", seed=seed), "image").X if prototypes else None
     rows = []
     for attr in ATTRIBUTES:
         clf = classifier(pipe, attr, mode, calibrated=False)   # top-k: the scale changes no ranking
+        if prototypes:
+            from captioner.world.zeroshot import PROTOTYPE_WEIGHT
+            from captioner.zeroshot import PrototypeClassifier
+
+            clf = PrototypeClassifier(clf, pool, weight=PROTOTYPE_WEIGHT)
         labels = clf.labels
         scores = clf.predict_proba(X)
         y = np.array([labels.index(v) for v in truth[attr]])
@@ -164,7 +171,8 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
                      "chance_top1": 1.0 / C, "chance_top5": min(5, C) / C,
                      "majority_top1": float(np.bincount(y, minlength=C).max() / len(y)),
                      "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder,
-                     "pairing": get_kind(mode).pairing, "seconds": round(time.time() - t0, 2)})
+                     "pairing": get_kind(mode).pairing, "seconds": round(time.time() - t0, 2),
+                     **({"prototypes": {"weight": clf.weight, "pool": int(len(pool))}} if prototypes else {})})
     return rows
 
 

@@ -191,7 +191,8 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
 @click.option("--prompts", type=click.Choice(["templates", "definitions", "both"]), default="templates",
               show_default=True, help="definitions: WordNet glosses (ImageNet-100 only).")
 @click.option("--prototypes", is_flag=True, help="Add class prototypes in image space, found on the train "
-              "split's images with no label or caption (captioner.zeroshot.PrototypeClassifier).")
+              "split's images with no label or caption (captioner.zeroshot.PrototypeClassifier; the world's "
+              "report scores both ways).")
 @click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
 @click.option("--text-encoder", default="minilm-l6", show_default=True)
 @click.option("--device", default="cpu", show_default=True)
@@ -206,14 +207,12 @@ def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, 
     from captioner.pipeline import Pipeline
     from eval.zeroshot import evaluate_zeroshot, format_table
 
-    if dataset == "world" and prototypes:
-        raise click.UsageError("--prototypes is offered on tuxpaint and imagenet100, not on the world")
     if dataset == "world":
         from eval.zeroshot import evaluate_world_zeroshot
 
         world = _world_option("world", root, world_seed, world_preset, split or "test")
         pipe, _ = build_eval_pipeline(progress=not quiet, world=world)
-        res = evaluate_world_zeroshot(pipe, mode, split=world[2], seed=world_seed)
+        res = evaluate_world_zeroshot(pipe, mode, split=world[2], seed=world_seed, prototypes=prototypes)
         name, prompts = f"world-s{world_seed}-{world[2]}", "world-words"
     else:
         pipe = Pipeline.default(image_encoder=image_encoder, text_encoder=text_encoder, device=device,

@@ -47,6 +47,11 @@ def check_attribute(name: str) -> str:
     return attr
 
 
+# zero-shot with class prototypes from the unlabelled train renders (captioner.zeroshot.class_prototypes): the
+# weight of the prototypes' cosine, chosen on the val renders of seeds 0-2 (docs/results/world.md)
+PROTOTYPE_WEIGHT = 1.0
+
+
 def attribute_head(encode, attribute: str, mu: np.ndarray) -> tuple[list[str], np.ndarray]:
     """(values, (C, D) unit class vectors) of ``attribute``; ``encode`` embeds texts, ``mu`` is the bank's mean
     (of unit rows) that the prompts are centred on."""

@@ -100,9 +100,32 @@ def _centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return l2n(A - mu)
 
 
-def score_rotation(Q: np.ndarray, ctx: dict) -> dict:
+
+
+def prototype_inputs(m, X: np.ndarray, Xt: np.ndarray, mu: np.ndarray) -> tuple:
+    """What :func:`score_rotation` needs for prototypes: the pool ``X`` (train renders, no label) rotated by
+    ``m`` and centred on ``mu``, and the pool's and the test renders' ``Xt`` centred unit image features."""
+    c = X.mean(0)
+    return _centred(np.asarray(m.transform(X), np.float32), mu), l2n(X - c), l2n(Xt - c)
+
+
+def _zeroshot_proto(Qn: np.ndarray, proto: tuple, ctx: dict) -> dict:
+    from captioner.world.zeroshot import PROTOTYPE_WEIGHT
+    from captioner.zeroshot import PROTOTYPE_ROUNDS, class_prototypes
+
+    Qp, F, Ft = proto
+    out = {}
+    for a, (vals, H) in ctx["heads"].items():
+        C = class_prototypes(Qp @ H.T, F, PROTOTYPE_WEIGHT, PROTOTYPE_ROUNDS)
+        out[a] = float(np.mean(np.array(vals)[np.argmax(Qn @ H.T + PROTOTYPE_WEIGHT * Ft @ C.T, 1)]
+                               == ctx["labels"][a]))
+    return out
+
+
+def score_rotation(Q: np.ndarray, ctx: dict, proto: tuple | None = None) -> dict:
     """Residual, R@1, the retrieved captions and zero-shot top-1 per attribute for the rotated test renders
-    ``Q`` (text space) and the text side ``ctx`` (bank, test captions, prompt heads, labels)."""
+    ``Q`` (text space) and the text side ``ctx`` (bank, test captions, prompt heads, labels); with ``proto``
+    (:func:`prototype_inputs`) also zero-shot with class prototypes (``zeroshot_proto``)."""
     mu = ctx["mu"]
     Qn = _centred(Q, mu)
     res = {"residual": held_out_residual(Q, ctx["Y_test_pairs"])}
@@ -113,6 +136,9 @@ def score_rotation(Q: np.ndarray, ctx: dict) -> dict:
     res["zeroshot"] = {a: float(np.mean(np.array(vals)[np.argmax(Qn @ H.T, 1)] == ctx["labels"][a]))
                        for a, (vals, H) in ctx["heads"].items()}
     res["zeroshot_mean"] = float(np.mean(list(res["zeroshot"].values())))
+    if proto is not None:
+        res["zeroshot_proto"] = _zeroshot_proto(Qn, proto, ctx)
+        res["zeroshot_proto_mean"] = float(np.mean(list(res["zeroshot_proto"].values())))
     return res
 
 
@@ -204,7 +230,9 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
                 rows.append({"seed": st.seed, "text": tk, "rotation": rk, "error": f"{type(e).__name__}: {e}"})
                 continue
             Q = np.asarray(m.transform(Xt), np.float32)
-            row = {"seed": st.seed, "text": tk, "rotation": rk, "matcher_accuracy": acc, **score_rotation(Q, ctx),
+            proto = prototype_inputs(m, X, Xt, ctx["mu"])
+            row = {"seed": st.seed, "text": tk, "rotation": rk, "matcher_accuracy": acc,
+                   **score_rotation(Q, ctx, proto),
                    "fit_seconds": round(time.time() - t0, 2)}
             if "seed" in over:
                 row["random_seed"] = over["seed"]

@@ -15,7 +15,8 @@ from eval.world.chain import ROTATIONS, TEXT_ENCODERS
 
 METRICS = (("matcher_accuracy", "matcher acc."), ("residual", "held-out residual"), ("r_at_1", "R@1 img->cap"),
            ("cider_x100", "CIDEr x100 (retrieval)"), ("cider_decoded_x100", "CIDEr x100 (decoder)"),
-           ("zeroshot_mean", "zero-shot top-1 (mean of 5)"))
+           ("zeroshot_mean", "zero-shot top-1 (mean of 5)"),
+           ("zeroshot_proto_mean", "zero-shot + prototypes (mean of 5)"))
 
 
 def _models_key(preset: str, seed: int) -> str:
@@ -33,12 +34,14 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
+    from captioner.world.zeroshot import PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
     from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
 
     key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
-           "decoder": DECODER, "decode_input": DECODE_INPUT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
+           "decoder": DECODER, "decode_input": DECODE_INPUT,
+           "prototype_weight": PROTOTYPE_WEIGHT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
            "matcher_version": MATCHER_VERSION}
     path = out / f"seed-{seed}.json"
     if path.is_file():
@@ -81,8 +84,9 @@ def aggregate(rows: list[dict]) -> list[dict]:
                  "errors": [r["error"] for r in rs if "error" in r]}
             for m, _ in METRICS:
                 e[m] = _stat([r.get(m) for r in ok])
-            attrs = ok[0]["zeroshot"] if ok else {}
-            e["zeroshot"] = {a: _stat([r["zeroshot"][a] for r in ok]) for a in attrs}
+            for z in ("zeroshot", "zeroshot_proto"):
+                attrs = ok[0].get(z, {}) if ok else {}
+                e[z] = {a: _stat([r[z][a] for r in ok if z in r]) for a in attrs}
             out.append(e)
     return out
 
@@ -107,15 +111,19 @@ def targets(rows: list[dict]) -> dict:
             p, f = get("text-jepa", "paired", s), get("text-jepa", rk, s)
             if p and f:
                 gaps = {a: f["zeroshot"][a] - p["zeroshot"][a] for a in p["zeroshot"]}
-                jepa.append({"rotation": rk, "seed": s, "cider_ratio": f["cider_x100"] / max(p["cider_x100"], 1e-9),
-                             "zeroshot_gap": gaps, "met": bool(f["cider_x100"] >= 0.95 * p["cider_x100"]
-                                                               and min(gaps.values()) >= -0.02)})
+                cider_ok = f["cider_x100"] >= 0.95 * p["cider_x100"]
+                j = {"rotation": rk, "seed": s, "cider_ratio": f["cider_x100"] / max(p["cider_x100"], 1e-9),
+                     "zeroshot_gap": gaps, "met": bool(cider_ok and min(gaps.values()) >= -0.02)}
+                if "zeroshot_proto" in p and "zeroshot_proto" in f:
+                    gp = {a: f["zeroshot_proto"][a] - p["zeroshot_proto"][a] for a in p["zeroshot_proto"]}
+                    j.update({"zeroshot_gap_proto": gp, "met_proto": bool(cider_ok and min(gp.values()) >= -0.02)})
+                jepa.append(j)
     floor = {}
     for rk in DISJOINT:
         for tk in ("ntp", "ntp-last", "untrained"):
-            for m in ("cider_x100", "zeroshot_mean"):
-                rnd = [r[m] for r in rows if r["text"] == tk and r["rotation"] == "random" and "error" not in r]
-                pf = [r[m] for r in rows if r["text"] == tk and r["rotation"] == rk and "error" not in r]
+            for m in ("cider_x100", "zeroshot_mean", "zeroshot_proto_mean"):
+                rnd = [r[m] for r in rows if r["text"] == tk and r["rotation"] == "random" and m in r]
+                pf = [r[m] for r in rows if r["text"] == tk and r["rotation"] == rk and m in r]
                 if len(rnd) > 1 and pf:
                     mu, sd = float(np.mean(rnd)), float(np.std(rnd, ddof=1))
                     # at the floor: no seed above the random rotation's mean + 2 std (below it is no alignment
@@ -179,10 +187,11 @@ def format_table(res: dict) -> str:
     attrs = next((list(e["zeroshot"]) for e in res["table"] if e["zeroshot"]), [])
     lines += ["", "Zero-shot top-1 per attribute (text JEPA):", "",
               "| rotation | " + " | ".join(attrs) + " |", "| --- | " + " | ".join("---:" for _ in attrs) + " |"]
-    for e in res["table"]:
-        if e["text"] == "text-jepa" and e["zeroshot"]:
-            lines.append(f"| {ROTATIONS[e['rotation']][3]} | " + " | ".join(_cell(e["zeroshot"][a]) for a in attrs)
-                         + " |")
+    for z, tail in (("zeroshot", ""), ("zeroshot_proto", " + prototypes")):
+        for e in res["table"]:
+            if e["text"] == "text-jepa" and e.get(z):
+                lines.append(f"| {ROTATIONS[e['rotation']][3]}{tail} | " + " | ".join(_cell(e[z][a]) for a in attrs)
+                             + " |")
     t = res["targets"]
     lines += ["", "Targets (per seed):"]
     for j in t["text_jepa_pairfree_vs_paired"]:
@@ -191,6 +200,10 @@ def format_table(res: dict) -> str:
                      f"{100 * j['cider_ratio']:.1f}% of "
                      f"paired (target >= 95%); worst zero-shot gap {worst[0]} {100 * worst[1]:+.1f} points "
                      f"(target >= -2) -> {'met' if j['met'] else 'MISSED'}")
+        if "zeroshot_gap_proto" in j:
+            worst = min(j["zeroshot_gap_proto"].items(), key=lambda kv: kv[1])
+            lines.append(f"  with prototypes: worst zero-shot gap {worst[0]} {100 * worst[1]:+.1f} points -> "
+                         f"{'met' if j['met_proto'] else 'MISSED'}")
     for k, f in t["baselines_at_random_floor"].items():
         vals = ", ".join(f"{v:.3f}" for v in f["pairfree"])
         lines.append(f"- {k.split('/', 1)[1]} {ROTATIONS[f['rotation']][3]} {vals} vs random "
