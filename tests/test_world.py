@@ -126,6 +126,28 @@ def test_the_random_floor_pools_every_random_rotation_of_every_seed():
             f"{np.std(rnd, ddof=1):.3f} (target: not above random + 2 std) -> met") in text
 
 
+def test_targets_check_the_zero_shot_gap_with_and_without_prototypes():
+    from eval.world.table import aggregate, format_table, targets
+
+    def row(rk, zs, zp):
+        return {"seed": 1, "text": "text-jepa", "rotation": rk, "matcher_accuracy": None, "residual": 0.1,
+                "r_at_1": 0.9, "cider_x100": 100.0, "zeroshot_mean": float(np.mean(list(zs.values()))),
+                "zeroshot": zs, "zeroshot_proto_mean": float(np.mean(list(zp.values()))), "zeroshot_proto": zp}
+
+    ones = dict.fromkeys(("size", "col", "row", "background"), 1.0)
+    rows = [row("paired", {"colour": 0.83, **ones}, {"colour": 0.95, **ones}),
+            row("lattice-disjoint", {"colour": 0.80, **ones}, {"colour": 0.94, **ones})]
+    j = targets(rows)["text_jepa_pairfree_vs_paired"][0]
+    assert j["zeroshot_gap"]["colour"] == pytest.approx(-0.03) and j["met"] is False
+    assert j["zeroshot_gap_proto"]["colour"] == pytest.approx(-0.01) and j["met_proto"] is True
+    e = next(e for e in aggregate(rows) if e["rotation"] == "lattice-disjoint")
+    assert e["zeroshot_proto"]["colour"]["mean"] == pytest.approx(0.94)
+    text = format_table({"preset": "lab", "seeds": [1], "table": aggregate(rows), "targets": targets(rows)})
+    assert "worst zero-shot gap colour -3.0 points (target >= -2) -> MISSED" in text
+    assert "  with prototypes: worst zero-shot gap colour -1.0 points -> met" in text
+    assert "| pair-free lattice (disjoint scenes) + prototypes | 0.940" in text
+
+
 def test_held_out_residual_known_answers():
     from eval.world.chain import held_out_residual
 
