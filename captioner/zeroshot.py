@@ -137,7 +137,19 @@ def topk(P: np.ndarray, k: int) -> np.ndarray:
     return order[:, :k]
 
 
-class ZeroShotClassifier:
+class _ScaledCosines:
+    """Class probabilities softmax(logit_scale x cosines(X)) for a classifier with ``cosines`` and
+    ``logit_scale``."""
+
+    def predict_proba(self, X: np.ndarray) -> np.ndarray:
+        """(N, D_img) image embeddings -> (N, C) class probabilities."""
+        from alignment.pseudo import softmax
+
+        L = self.logit_scale * self.cosines(X)
+        return softmax(L).astype(L.dtype, copy=False)
+
+
+class ZeroShotClassifier(_ScaledCosines):
     """A label list, its head (C, D_text), and a rotation from image space into text space.
 
     ``mu`` (D_text,), when given, is subtracted from the rotated queries before the cosine (the mean caption
@@ -165,13 +177,6 @@ class ZeroShotClassifier:
             Q = Q - self.mu
         return l2n(Q) @ self.W.T
 
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        """(N, D_img) image embeddings -> (N, C) class probabilities."""
-        from alignment.pseudo import softmax
-
-        L = self.logit_scale * self.cosines(X)
-        return softmax(L).astype(L.dtype, copy=False)
-
 
 PROTOTYPE_WEIGHT = 0.4  # chosen on Tux Paint train (2-fold) and val for the head map: docs/results/pairfree-real.md
 PROTOTYPE_ROUNDS = 3
@@ -191,7 +196,7 @@ def class_prototypes(L0: np.ndarray, F: np.ndarray, weight: float = PROTOTYPE_WE
     return C
 
 
-class PrototypeClassifier:
+class PrototypeClassifier(_ScaledCosines):
     """A :class:`ZeroShotClassifier` plus class prototypes in image space, found with no label: the base
     classifier's probabilities on a pool of unlabelled images weight their centred, unit embeddings into one
     mean per class; the prototypes' cosine, times ``weight``, is added to the text cosine, and the pool is
@@ -224,12 +229,6 @@ class PrototypeClassifier:
     def cosines(self, X: np.ndarray) -> np.ndarray:
         """(N, D_img) -> (N, C): the text cosine plus ``weight`` times the prototype cosine."""
         return self.base.cosines(X) + self.weight * self._feat(X) @ self.C.T
-
-    def predict_proba(self, X: np.ndarray) -> np.ndarray:
-        from alignment.pseudo import softmax
-
-        L = self.logit_scale * self.cosines(X)
-        return softmax(L).astype(L.dtype, copy=False)
 
 
 # ---------------------------------------------------------------------------------------------------------

@@ -117,10 +117,11 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         if prototypes:
             from captioner.zeroshot import PrototypeClassifier
 
-            clf = PrototypeClassifier(clf, pipe._train_images())
+            pool = pipe._train_images()
+            clf = PrototypeClassifier(clf, pool)
             out["pairing"] += (f"; class prototypes from {pipe.train_set.name}/{pipe.train_set.split}'s images, "
                                "unlabelled")
-            out["prototypes"] = {"weight": clf.weight, "pool": int(len(pipe._train_images()))}
+            out["prototypes"] = {"weight": clf.weight, "pool": int(len(pool))}
         scores = clf.predict_proba(X)
     out.update(topk_accuracy(scores, y))
     C = len(labels)
@@ -153,14 +154,15 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
     order = {sid: i for i, sid in enumerate(xs.sample_ids)}
     X = xs.X[[order[s.id] for s in ds.samples]]
     truth = attribute_labels(ds)
-    pool = embed(pipe.encoder("image"), get_dataset("world", "train", seed=seed), "image").X if prototypes else None
+    if prototypes:
+        from captioner.world.zeroshot import PROTOTYPE_WEIGHT
+        from captioner.zeroshot import PrototypeClassifier
+
+        pool = embed(pipe.encoder("image"), get_dataset("world", "train", seed=seed), "image").X
     rows = []
     for attr in ATTRIBUTES:
         clf = classifier(pipe, attr, mode, calibrated=False)   # top-k: the scale changes no ranking
         if prototypes:
-            from captioner.world.zeroshot import PROTOTYPE_WEIGHT
-            from captioner.zeroshot import PrototypeClassifier
-
             clf = PrototypeClassifier(clf, pool, weight=PROTOTYPE_WEIGHT)
         labels = clf.labels
         scores = clf.predict_proba(X)

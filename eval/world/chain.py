@@ -100,6 +100,9 @@ def _centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return l2n(A - mu)
 
 
+def _top1(S: np.ndarray, vals: list, labels) -> float:
+    """Top-1 accuracy of the (N, C) scores ``S`` over the values ``vals`` against the true ``labels``."""
+    return float(np.mean(np.array(vals)[np.argmax(S, 1)] == labels))
 
 
 def prototype_inputs(m, X: np.ndarray, Xt: np.ndarray, mu: np.ndarray) -> tuple:
@@ -117,8 +120,7 @@ def _zeroshot_proto(Qn: np.ndarray, proto: tuple, ctx: dict) -> dict:
     out = {}
     for a, (vals, H) in ctx["heads"].items():
         C = class_prototypes(Qp @ H.T, F, PROTOTYPE_WEIGHT, PROTOTYPE_ROUNDS)
-        out[a] = float(np.mean(np.array(vals)[np.argmax(Qn @ H.T + PROTOTYPE_WEIGHT * Ft @ C.T, 1)]
-                               == ctx["labels"][a]))
+        out[a] = _top1(Qn @ H.T + PROTOTYPE_WEIGHT * Ft @ C.T, vals, ctx["labels"][a])
     return out
 
 
@@ -133,8 +135,7 @@ def score_rotation(Q: np.ndarray, ctx: dict, proto: tuple | None = None) -> dict
     res["r_at_1"] = float(np.mean(np.argmax(sim, 1) == ctx["scene_index"]))
     top = np.argmax(Qn @ ctx["bank_c"].T, 1)
     res["captions"] = [ctx["bank"][j] for j in top]
-    res["zeroshot"] = {a: float(np.mean(np.array(vals)[np.argmax(Qn @ H.T, 1)] == ctx["labels"][a]))
-                       for a, (vals, H) in ctx["heads"].items()}
+    res["zeroshot"] = {a: _top1(Qn @ H.T, vals, ctx["labels"][a]) for a, (vals, H) in ctx["heads"].items()}
     res["zeroshot_mean"] = float(np.mean(list(res["zeroshot"].values())))
     if proto is not None:
         res["zeroshot_proto"] = _zeroshot_proto(Qn, proto, ctx)
