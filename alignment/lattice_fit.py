@@ -20,6 +20,7 @@ BIG_STARTS = 25                     # k-means partitions of the attribute with t
 FIRST_STARTS = 5                    # ... of which only the first 5 unless their best labelling explains
 MORE_STARTS_R2 = 0.88               # this share of the vertices' variance (a cloud that looks like a lattice)
 MAX_POINTS = 100_000               # lattice points (the product of the cards) every vertex is compared with
+PAIR_MOVE_STARTS = 3                # the best labellings given pair moves (_pair_moves)
 MAX_GROUPINGS = 200_000             # direction-class groupings searched exhaustively up to this count
 
 
@@ -177,14 +178,19 @@ def _polish(C, cards, vals, codes, iters: int = 50):
     return vals, loss
 
 
+def _leave_out(C, cards, vals, coef, skip) -> np.ndarray:
+    """What the vertices ``C`` keep once the fit ``coef`` of every attribute not in ``skip`` is removed."""
+    off, values = _unpack(coef, cards)
+    return C - off - sum(values[o][vals[:, o]] for o in range(len(cards)) if o not in skip)
+
+
 def _block_moves(C, cards, vals, codes, rng, rounds: int = 10):
     """Re-split one attribute at a time (k-means of what the others leave), keep what lowers the error."""
     coef, loss = _fit(C, cards, vals)
     for _ in range(rounds):
         better = False
         for a, k in enumerate(cards):
-            b, values = _unpack(coef, cards)
-            R = C - b - sum(values[o][vals[:, o]] for o in range(len(cards)) if o != a)
+            R = _leave_out(C, cards, vals, coef, (a,))
             trial = vals.copy()
             trial[:, a] = _kmeans(R, k, rng, inits=10)
             if len(np.unique(trial[:, a])) < k:
@@ -196,6 +202,62 @@ def _block_moves(C, cards, vals, codes, rng, rounds: int = 10):
         if l2 < loss - 1e-9:
             vals, loss, better = v2, l2, True
             coef, _ = _fit(C, cards, vals)
+        if not better:
+            break
+    return vals, loss
+
+
+@functools.lru_cache(maxsize=8)
+def _grid(ka: int, kb: int) -> tuple[np.ndarray, np.ndarray]:
+    """(cells (K, 2) value pairs of a ka x kb grid, every placement (P, K) of K clusters on its cells, up to
+    the grid's own symmetries: value renamings within each attribute give the same fit)."""
+    cells = np.array(list(itertools.product(range(ka), range(kb))))
+    perms = np.array(list(itertools.permutations(range(len(cells)))), np.int8)
+    # the renamings move any cell onto cell (0, 0): the placements with cluster 0 there cover every fit
+    return cells, perms[perms[:, 0] == 0]
+
+
+def _place_on_grid(M: np.ndarray, ka: int, kb: int) -> np.ndarray:
+    """(K, 2) the grid cell of each of K = ka kb cluster centroids ``M`` whose placement leaves the least
+    squared error under ``cell ~ offset + u[value_a] + w[value_b]`` (the error is a quadratic form in the
+    placement: sum_kl H[cell_k, cell_l] <M_k, M_l>, H the residual projector of the grid's design)."""
+    cells, perms = _grid(ka, kb)
+    A = _design(cells, (ka, kb))
+    H = np.eye(len(cells)) - A @ np.linalg.pinv(A)
+    G = (M - M.mean(0)) @ (M - M.mean(0)).T
+    cost = np.zeros(len(perms))
+    for k in range(len(cells)):
+        for m in range(len(cells)):
+            cost += H[perms[:, k], perms[:, m]] * G[k, m]
+    return cells[perms[int(cost.argmin())]]
+
+
+def _pair_moves(C, cards, vals, codes, rng, rounds: int = 5, max_cells: int = 9):
+    """Re-split two attributes at once: k-means of what the other attributes leave into k_a x k_b clusters,
+    placed on the a x b grid by the best additive fit, then polished; kept when the error drops. Block moves
+    re-split one attribute at a time and cannot undo two attributes mixed into each other (a 2-valued and a
+    3-valued one sharing their values: each alone looks no worse split otherwise). Pairs of up to
+    ``max_cells`` cells (9! placements)."""
+    coef, loss = _fit(C, cards, vals)
+    pairs = [(a, b) for a, b in itertools.combinations(range(len(cards)), 2) if cards[a] * cards[b] <= max_cells]
+    for _ in range(rounds):
+        better = False
+        for a, b in pairs:
+            R = _leave_out(C, cards, vals, coef, (a, b))
+            K = cards[a] * cards[b]
+            if len(R) < K:
+                continue
+            lab = _kmeans(R, K, rng, inits=10)
+            M = np.stack([R[lab == j].mean(0) if (lab == j).any() else R.mean(0) for j in range(K)])
+            cell = _place_on_grid(M, cards[a], cards[b])
+            trial = vals.copy()
+            trial[:, a], trial[:, b] = cell[lab, 0], cell[lab, 1]
+            if any(len(np.unique(trial[:, o])) < cards[o] for o in (a, b)):
+                continue
+            trial, l2 = _polish(C, cards, trial, codes)
+            if l2 < loss - 1e-9:
+                vals, loss, better = trial, l2, True
+                coef, _ = _fit(C, cards, vals)
         if not better:
             break
     return vals, loss
@@ -382,6 +444,12 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
         return LatticeFit(labels, offset, values, log_prior(labels, cards), 1.0 - loss / max(total, 1e-30), loss,
                           int(len(C)), name)
 
+    # the few best labellings also get pair moves (too slow for every start: 9! placements a 3 x 3 pair)
+    for name, v, loss in sorted(done.values(), key=lambda t: t[2])[:PAIR_MOVE_STARTS]:
+        v2, l2 = _pair_moves(C, cards, v, codes, rng)
+        if l2 < loss - 1e-9:
+            v2, l2 = _block_moves(C, cards, v2, codes, rng)
+            done[v.tobytes()] = (name + "/pairs", v2, l2)
     name, v, _ = min(done.values(), key=lambda t: t[2])
     return finish(name, v)
 
