@@ -49,6 +49,37 @@ def test_world_encoders_name_the_training_command_when_absent(captioner_home):
         get_encoder("world-ntp-last?preset=quick&seed=2", cache=False)
 
 
+def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(captioner_home, monkeypatch):
+    """text_restarts: the text JEPA trained from seed, seed + 1000, ...; world.json names the restart with
+    the lowest final training loss and the registry loads that one; a checkpoint of another seed is refused."""
+    from captioner.encoders import get_encoder
+    from captioner.world import models as WM
+    from captioner.world.train import train_world
+    from eval.scenelab.lab import final_loss
+
+    monkeypatch.setitem(WM.PRESETS, "smoke", {**WM.PRESETS["smoke"], "text_restarts": 2})
+    meta = train_world("smoke", seed=3, progress=False)
+    folder = WM.world_dir("smoke", 3)
+    losses = [final_loss(folder / r) for r in ("text-jepa", "text-jepa-r1")]
+    kept = "text-jepa" if losses[0] <= losses[1] else "text-jepa-r1"
+    assert meta["runs"] == {"image-jepa": "image-jepa", "text-jepa": kept}
+    assert [s for s, _ in meta["restarts"]["text-jepa"]] == [3, 1003] and len(meta["restarts"]["image-jepa"]) == 1
+    path, _ = WM.checkpoint_for("world-text-jepa", "smoke", 3)
+    assert path == folder / kept / "checkpoint.pt" and meta["encoders"]["world-text-jepa"] == str(folder / kept)
+    assert get_encoder("world-text-jepa?preset=smoke&seed=3", cache=False).dim == 12
+    # a kept run trained from another world seed
+    (folder / "world.json").write_text(json.dumps({**meta, "runs": {"text-jepa": "text-jepa-r9"}}))
+    bad = folder / "text-jepa-r9"
+    shutil.copytree(folder / "text-jepa", bad)
+    import torch
+
+    ck = torch.load(bad / "checkpoint.pt", weights_only=False)
+    ck["config"]["seed"] = 5
+    torch.save(ck, bad / "checkpoint.pt")
+    with pytest.raises(CaptionerError, match="trained with seed 5, not 3"):
+        WM.checkpoint_for("world-text-jepa", "smoke", 3)
+
+
 def test_prior_weights_and_prompts_known_answers():
     from eval.world.setting import PRIOR, prior_weights, prompts
 

@@ -20,7 +20,7 @@ from captioner.errors import CaptionerError
 PRESETS = {
     "smoke": {"n_train": 64, "image_steps": 4, "text_steps": 4, "batch_size": 16},
     "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
-    "lab": {},
+    "lab": {"text_restarts": 3},
     "gpu": {"n_train": 24000, "image_steps": 4800, "text_steps": 3200, "batch_size": 128},
 }
 # registry name -> (run folder, pooling)
@@ -76,11 +76,12 @@ def checkpoint_for(name: str, preset: str | None = None, seed: int = 0) -> tuple
         raise CaptionerError(f"unknown world encoder {name!r}; known: {', '.join(ENCODERS)}")
     preset = preset or default_preset(seed)
     folder = world_dir(preset, seed)
-    read_meta(folder, preset, seed)
+    meta = read_meta(folder, preset, seed)
     run, pool = ENCODERS[name]
-    path = folder / run / "checkpoint.pt"
+    path = folder / (meta.get("runs") or {}).get(run, run) / "checkpoint.pt"
     ck = load_checkpoint(path)
-    if run != "untrained" and ck["config"].get("seed") != seed:
+    # restart r of a JEPA trains from seed + 1000 r (eval.scenelab.lab._train_best)
+    if run != "untrained" and (ck["config"].get("seed", -1) - seed) % 1000:
         raise CaptionerError(f"{path} was trained with seed {ck['config'].get('seed')}, not {seed}; delete "
                              f"{folder} and run `{train_command(preset, seed)}`")
     return path, pool

@@ -37,7 +37,7 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
 
     from captioner.paths import atomic_write_json
     from captioner.world.data import check_attributes, fingerprint
-    from eval.scenelab.lab import train_models
+    from eval.scenelab.lab import kept_name, train_models
 
     check_attributes()
     cfg = lab_config(preset, seed)
@@ -50,8 +50,12 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     t = train_models(cfg, out, progress, device=device)
     from dataclasses import asdict
 
+    # the kept restart of each JEPA (the lowest final training loss; the first run when trained once)
+    runs = {kind: kept_name(kind, t[side][3]) for kind, side in (("image-jepa", "image"), ("text-jepa", "text"))}
     meta = {"preset": preset, "seed": seed, "world": fingerprint(), "config": asdict(cfg),
-            "encoders": {name: str(out / run) for name, (run, _) in ENCODERS.items()},
+            "encoders": {name: str(out / runs.get(run, run)) for name, (run, _) in ENCODERS.items()},
+            "runs": runs, "restarts": {kind: t[side][3] for kind, side in (("image-jepa", "image"),
+                                                                        ("text-jepa", "text"))},
             "seconds": round(time.time() - t0, 1)}
     if main is None or main.is_main_process:
         _save_untrained(t["untrained"], t["text"][1], out / "untrained" / "checkpoint.pt")
