@@ -67,6 +67,14 @@ def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(c
     path, _ = WM.checkpoint_for("world-text-jepa", "smoke", 3)
     assert path == folder / kept / "checkpoint.pt" and meta["encoders"]["world-text-jepa"] == str(folder / kept)
     assert get_encoder("world-text-jepa?preset=smoke&seed=3", cache=False).dim == 12
+    from click.testing import CliRunner
+
+    from captioner.cli import cli
+
+    r = CliRunner().invoke(cli, ["world", "train", "--preset", "smoke", "--seed", "3", "--quiet"])  # reuses all
+    assert r.exit_code == 0, r.output
+    assert (f"text JEPA: 2 runs (init seeds 3, 1003), final training loss {losses[0]:.4f}, {losses[1]:.4f}; "
+            f"kept the lowest: {kept}") in r.output
     # a kept run trained from another world seed
     (folder / "world.json").write_text(json.dumps({**meta, "runs": {"text-jepa": "text-jepa-r9"}}))
     bad = folder / "text-jepa-r9"

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import click
 
@@ -15,7 +16,7 @@ def cli():
 @cli.command("train")
 @click.option("--preset", type=click.Choice(["smoke", "quick", "lab", "gpu"]), default="lab", show_default=True,
               help="smoke (4 steps per model: checks the command or a launch, not a usable world), quick (about a "
-                   "minute: tests), lab (the scene lab's training, ~15-25 min on 2 cores), "
+                   "minute: tests), lab (the scene lab's training, the text JEPA 3 times: ~15 min on 2 cores), "
                    "gpu (twice the scenes and steps: the device check)")
 @click.option("--seed", type=int, default=0, show_default=True, help="world seed (scenes, training, init)")
 @click.option("--device", default="cpu", show_default=True,
@@ -31,9 +32,16 @@ def train_cli(preset, seed, device, as_json, quiet):
     from captioner.world.train import train_world
 
     meta = train_world(preset, seed, device=device, progress=not quiet)
-    click.echo(json.dumps(meta, indent=2) if as_json else
-               f"world {preset} seed {seed}: encoders in {meta['encoders']['world-text-jepa'].rsplit('/', 1)[0]} "
-               f"({meta['seconds']} s this call)")
+    if as_json:
+        click.echo(json.dumps(meta, indent=2))
+        return
+    folder = str(Path(meta["encoders"]["world-image-jepa"]).parent)
+    click.echo(f"world {preset} seed {seed}: encoders in {folder} ({meta['seconds']} s this call)")
+    runs = (meta.get("restarts") or {}).get("text-jepa") or []
+    if len(runs) > 1:   # which of the text JEPA's runs the registry loads, and why
+        kept = meta["runs"]["text-jepa"]
+        click.echo(f"  text JEPA: {len(runs)} runs (init seeds {', '.join(str(s) for s, _ in runs)}), final training "
+                   f"loss {', '.join(f'{v:.4f}' for _, v in runs)}; kept the lowest: {kept}")
 
 
 @cli.command("report")
