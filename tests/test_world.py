@@ -86,6 +86,9 @@ def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(c
     torch.save(ck, bad / "checkpoint.pt")
     with pytest.raises(CaptionerError, match="trained with seed 5, not 3"):
         WM.checkpoint_for("world-text-jepa", "smoke", 3)
+    shutil.rmtree(bad)   # the kept run's folder gone: the command that trains it again
+    with pytest.raises(CaptionerError, match=r"text-jepa-r9/checkpoint.pt is missing .*world train --preset smoke --seed 3"):
+        WM.checkpoint_for("world-text-jepa", "smoke", 3)
 
 
 def test_prior_weights_and_prompts_known_answers():

@@ -79,6 +79,9 @@ def checkpoint_for(name: str, preset: str | None = None, seed: int = 0) -> tuple
     meta = read_meta(folder, preset, seed)
     run, pool = ENCODERS[name]
     path = folder / (meta.get("runs") or {}).get(run, run) / "checkpoint.pt"
+    if not path.is_file():   # e.g. the kept restart's folder deleted by hand
+        raise CaptionerError(f"{path} is missing (world.json names it); run `{train_command(preset, seed)}` to "
+                             "train it again")
     ck = load_checkpoint(path)
     # restart r of a JEPA trains from seed + 1000 r (eval.scenelab.lab._train_best)
     if run != "untrained" and (ck["config"].get("seed", -1) - seed) % 1000:
