@@ -237,7 +237,7 @@ def _pair_moves(C, cards, vals, codes, rng, rounds: int = 5, max_cells: int = 9)
     placed on the a x b grid by the best additive fit, then polished; kept when the error drops. Block moves
     re-split one attribute at a time and cannot undo two attributes mixed into each other (a 2-valued and a
     3-valued one sharing their values: each alone looks no worse split otherwise). Pairs of up to
-    ``max_cells`` cells (9! placements)."""
+    ``max_cells`` cells ((max_cells - 1)! placements each)."""
     coef, loss = _fit(C, cards, vals)
     pairs = [(a, b) for a, b in itertools.combinations(range(len(cards)), 2) if cards[a] * cards[b] <= max_cells]
     for _ in range(rounds):
@@ -444,12 +444,12 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
         return LatticeFit(labels, offset, values, log_prior(labels, cards), 1.0 - loss / max(total, 1e-30), loss,
                           int(len(C)), name)
 
-    # the few best labellings also get pair moves (too slow for every start: 9! placements a 3 x 3 pair)
+    # the few best labellings also get pair moves (too slow for every start: 8! placements a 3 x 3 pair)
     for name, v, loss in sorted(done.values(), key=lambda t: t[2])[:PAIR_MOVE_STARTS]:
         v2, l2 = _pair_moves(C, cards, v, codes, rng)
         if l2 < loss - 1e-9:
             v2, l2 = _block_moves(C, cards, v2, codes, rng)
-            done[v.tobytes()] = (name + "/pairs", v2, l2)
+            done[("pairs", v.tobytes())] = (name + "/pairs", v2, l2)   # beside the starts' own entries
     name, v, _ = min(done.values(), key=lambda t: t[2])
     return finish(name, v)
 
