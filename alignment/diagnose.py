@@ -98,12 +98,42 @@ def knn_graph_agreement(X, Y, k: int = 10) -> float:
     return 1 - _ks(_knn_ratio(X, k), _knn_ratio(Y, k))
 
 
-def _gaussian_surrogate(Y, rng) -> np.ndarray:
-    """A Gaussian cloud with Y's mean and covariance: Y's spectrum, none of its structure."""
+DUPLICATE_RADIUS = 0.02  # rows this close (x the cloud's RMS radius, per coordinate cell) are one point
+
+
+def _repeated_points(Y) -> tuple[np.ndarray, np.ndarray]:
+    """(row -> distinct point, the distinct points (means)): rows in one grid cell of side DUPLICATE_RADIUS x
+    the cloud's RMS radius are one point (several renders of one scene, one caption said twice)."""
     Yc = Y - Y.mean(0)
-    _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
-    G = rng.standard_normal((len(Y), len(s))) * (s / np.sqrt(len(Y)))
-    return (G @ Vt + Y.mean(0)).astype(np.float32)
+    rms = float(np.sqrt((Yc ** 2).sum(1).mean()))
+    cell = np.floor(Yc / max(DUPLICATE_RADIUS * rms, 1e-12)).astype(np.int64)
+    _, group = np.unique(cell, axis=0, return_inverse=True)
+    group = group.ravel()
+    cnt = np.bincount(group)
+    means = np.zeros((len(cnt), Y.shape[1]))
+    np.add.at(means, group, Y)
+    return group, means / cnt[:, None]
+
+
+def _gaussian_surrogate(Y, rng) -> np.ndarray:
+    """A Gaussian cloud with Y's mean and covariance: Y's spectrum, none of its structure. When Y repeats
+    points (rows merged by ``_repeated_points``), the Gaussian is drawn for its distinct points and each is
+    repeated as often as in Y, with Y's own small offsets: the matcher's mutual-NN score is low among
+    repeated points whatever the rotation, so a surrogate without repeats would score higher for that reason
+    alone (the JEPA world: renders and captions of ~100 scenes, each many times)."""
+    Y = np.asarray(Y, np.float64)
+    group, means = _repeated_points(Y)
+    if len(means) == len(Y):           # no repeats: the plain surrogate
+        Yc = Y - Y.mean(0)
+        _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
+        G = rng.standard_normal((len(Y), len(s))) * (s / np.sqrt(len(Y)))
+        return (G @ Vt + Y.mean(0)).astype(np.float32)
+    w = np.bincount(group).astype(np.float64)
+    mu = (w[:, None] * means).sum(0) / w.sum()
+    Mc = (means - mu) * np.sqrt(w / w.sum())[:, None]          # the rows' spectrum, carried by the points
+    _, s, Vt = np.linalg.svd(Mc, full_matrices=False)
+    G = rng.standard_normal((len(means), len(s))) * s
+    return ((G @ Vt + mu)[group] + (Y - means[group])).astype(np.float32)
 
 
 def _mapped_directions(rot, Xq) -> np.ndarray:
@@ -133,11 +163,28 @@ def matcher_signals(X, Y, restarts: int = 3, frac: float = 0.8, seed: int = 0, m
         dirs.append(_mapped_directions(res.rotation, X))
         scores.append(float(res.score))
     cos = [float((dirs[a] * dirs[b]).sum(1).mean()) for a in range(restarts) for b in range(a + 1, restarts)]
-    sur = matcher(X, _gaussian_surrogate(Y, rng), restarts)
+    S = _gaussian_surrogate(Y, rng)
+    sur = matcher(X, S, restarts)
     full = matcher(X, Y, restarts + 1)
-    return {"stability": float(np.mean(cos)) if cos else float("nan"), "matcher_score": float(full.score),
-            "surrogate_score": float(sur.score), "surrogate_margin": float(full.score - sur.score),
-            "bootstrap_scores": scores}
+    s_full, s_sur = float(full.score), float(sur.score)
+    _, mx = _repeated_points(X)
+    _, my = _repeated_points(Y)
+    if len(mx) < len(X) or len(my) < len(Y):
+        # repeated points: mutual nearest neighbours among copies are a coin toss whatever the rotation, so
+        # both scores are taken between the distinct points (the surrogate repeats its points as Y does)
+        s_full = _mutual_nn_rate(full.rotation.transform(mx), my)
+        s_sur = _mutual_nn_rate(sur.rotation.transform(mx), _repeated_points(S)[1])
+    return {"stability": float(np.mean(cos)) if cos else float("nan"), "matcher_score": s_full,
+            "surrogate_score": s_sur, "surrogate_margin": s_full - s_sur, "bootstrap_scores": scores,
+            "distinct_points": [int(len(mx)), int(len(my))]}
+
+
+def _mutual_nn_rate(A, B) -> float:
+    """The share of rows of A whose nearest row of B has them as its nearest row of A (Euclidean)."""
+    A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+    D = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None]
+    ab, ba = D.argmin(1), D.argmin(0)
+    return float(np.mean(ba[ab] == np.arange(len(A))))
 
 
 def unpaired_signals(X, Y, restarts: int = 3, dim: int = 64, seed: int = 0, matcher=None) -> dict:

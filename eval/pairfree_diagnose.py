@@ -7,7 +7,12 @@ pairs), and above 3x chance. Cases: synthetic power-law clouds (Y = X Q + sigma 
 half of Y replaced by new points) at rising sigma, independent clouds, and real encoder pairs on the Tux
 Paint train split (image-text, and image-image / text-text pairs of offline encoders).
 
-    captioner align diagnose-validate [--no-real] [--n 1000]
+World cases (``--world PRESET``, where ``captioner world train --preset PRESET`` has trained seeds 0-2): the
+JEPA world's "same scenes" draw (1,000 train renders drawn by the skewed prior, each with one of its captions,
+shuffled apart), the world's image JEPA against each text encoder of the world report; a render's hit is a
+caption of its own scene (scenes repeat, so the partner row itself is one of several right answers).
+
+    captioner align diagnose-validate [--no-real] [--n 1000] [--world lab]
     captioner align cka-table [--split train]
 """
 from __future__ import annotations
@@ -46,15 +51,21 @@ def synthetic(n: int, d: int, noise: float, overlap: float, seed: int):
     return X.astype(np.float32), Y[order].astype(np.float32), true
 
 
-def _r1(M, Y, true) -> float:
+def _r1(M, Y, true, label=None) -> float:
+    """R@1 of the mapped rows M among Y: the nearest Y row is the true partner (or, with ``label`` (len(Y),),
+    a row of the partner's label)."""
     ok = true >= 0
     Mc, Yc = M - Y.mean(0), Y - Y.mean(0)
     D = (Mc ** 2).sum(1)[:, None] - 2 * Mc @ Yc.T + (Yc ** 2).sum(1)[None, :]
-    return float((D.argmin(1)[ok] == true[ok]).mean())
+    near = D.argmin(1)[ok]
+    if label is None:
+        return float((near == true[ok]).mean())
+    return float((label[near] == label[true[ok]]).mean())
 
 
-def outcome(X, Y, true, seed: int = 0) -> dict:
-    """Measured: the matcher's R@1 vs the oracle's (Procrustes on the true pairs) and chance."""
+def outcome(X, Y, true, seed: int = 0, label=None) -> dict:
+    """Measured: the matcher's R@1 vs the oracle's (Procrustes on the true pairs) and chance; ``label``
+    (len(Y),): rows of one label are interchangeable answers (the world's scenes)."""
     from alignment.pairfree import match
     from alignment.procrustes import fit_procrustes
 
@@ -62,9 +73,34 @@ def outcome(X, Y, true, seed: int = 0) -> dict:
     res = match(X, Y, method="ours", dim=min(32, X.shape[1], Y.shape[1]), seed=seed)
     dim = min(32, X.shape[1], Y.shape[1]) if min(X.shape[1], Y.shape[1]) > 32 else None
     oracle = fit_procrustes(X[ok], Y[true[ok]], dim=dim)
-    r_m, r_o = _r1(res.rotation.transform(X), Y, true), _r1(oracle.transform(X), Y, true)
-    chance = 1.0 / len(Y)
+    r_m, r_o = _r1(res.rotation.transform(X), Y, true, label), _r1(oracle.transform(X), Y, true, label)
+    if label is None:
+        chance = 1.0 / len(Y)
+    else:   # a random row has the partner's label this often
+        _, inv, cnt = np.unique(label, return_inverse=True, return_counts=True)
+        chance = float(np.mean(cnt[inv.ravel()[true[ok]]] / len(Y)))
     return {"r1": r_m, "oracle_r1": r_o, "chance": chance, "works": bool(r_m >= 0.5 * r_o and r_m > 3 * chance)}
+
+
+def world_cases(preset: str = "lab", seeds=(0, 1, 2), n: int = 1000):
+    """(name, "world", X, Y, true, scene label of each Y row) for each seed x text encoder of the world report."""
+    from eval.world.chain import TEXT_ENCODERS as WORLD_TEXT
+    from eval.world.chain import embed, world_name
+    from eval.world.setting import setting
+
+    for seed in seeds:
+        st = setting(seed)
+        rows = st.same_images[:n]
+        scene = np.array([st.train.samples[i].label for i in rows])
+        X = embed(world_name("world-image-jepa", preset, seed), [st.train.samples[i].source() for i in rows])
+        rng = np.random.default_rng(seed)
+        caps = [st.train.samples[i].captions[int(rng.integers(len(st.train.samples[i].captions)))] for i in rows]
+        order = np.random.default_rng(0).permutation(len(rows))
+        inv = np.empty(len(rows), np.int64)
+        inv[order] = np.arange(len(rows))
+        for tk, (_, name) in WORLD_TEXT.items():
+            Y = embed(world_name(name, preset, seed), caps)
+            yield f"world {preset} seed {seed} image JEPA -> {tk}", "world", X, Y[order], inv, scene[order]
 
 
 def _real_case(a: str, b: str):
@@ -98,15 +134,19 @@ def cases(n: int = 1000, real: bool = True):
             yield f"tuxpaint train {a} -> {b}", "real", *_real_case(a, b)
 
 
-def run(n: int = 1000, real: bool = True, restarts: int = 3) -> dict:
+def run(n: int = 1000, real: bool = True, restarts: int = 3, world: str | None = None) -> dict:
+    """Every case's signals, verdict and measured outcome; ``world``: also the world cases of that preset."""
+    import itertools
+
     from alignment.diagnose import diagnose
 
     rows, t0 = [], time.time()
-    for name, kind, X, Y, true in cases(n, real):
+    plain = ((*c, None) for c in cases(n, real))
+    for name, kind, X, Y, true, label in itertools.chain(plain, world_cases(world) if world else ()):
         ok = true >= 0
         d = diagnose(X, Y, pairs=None, restarts=restarts)
         pa = diagnose(X, Y, pairs=(X[ok], Y[true[ok]]), restarts=0, n_perm=10)["paired"] if kind == "real" else None
-        o = outcome(X, Y, true)
+        o = outcome(X, Y, true, label=label)
         rows.append({"case": name, "kind": kind, "n": int(len(X)), **{k: d["unpaired"][k] for k in
                      ("spectrum", "distances", "knn_graph", "stability", "surrogate_margin")},
                      "unbiased_cka": pa["unbiased_cka"]["score"] if pa else None,

@@ -36,6 +36,56 @@ def test_verdict_feasible_for_a_clean_copy_and_infeasible_for_independent_clouds
     assert d["verdict"] == "infeasible" and "surrogate" in d["reason"]
 
 
+def _repeated_cloud(seed, rotate=True):
+    """80 points of a power-law spectrum in 12-d, drawn 1,000 times each side (tiny jitter): a cloud of repeats
+    such as the JEPA world's (renders and captions of few scenes); Y the same points rotated, drawn apart."""
+    rng = np.random.default_rng(seed)
+    P = rng.standard_normal((80, 12)) * (np.arange(1, 13) ** -0.5)
+    Q = np.linalg.qr(rng.standard_normal((12, 12)))[0] if rotate else np.eye(12)
+    X = P[rng.integers(0, 80, 1000)] + 1e-4 * rng.standard_normal((1000, 12))
+    Y = P[rng.integers(0, 80, 1000)] @ Q + 1e-4 * rng.standard_normal((1000, 12))
+    return X, Y
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_a_rotated_cloud_of_repeated_points_is_feasible(seed):
+    """Mutual nearest neighbours among copies of one point are a coin toss, so the matcher's row-level score
+    sat below a surrogate without repeats (margin -0.10: "infeasible" for an exact rotation); the margin is
+    now taken between distinct points, against a surrogate that repeats its points as Y does."""
+    d = diagnose(*_repeated_cloud(seed))
+    u = d["unpaired"]
+    assert d["verdict"] == "feasible", d["reason"]
+    assert u["stability"] > 0.99 and u["surrogate_margin"] > 0.3
+    assert 80 <= min(u["distinct_points"]) and max(u["distinct_points"]) <= 100   # 80 points, a few split by the grid
+
+
+def test_the_surrogate_repeats_points_as_y_does_and_is_plain_gaussian_without_repeats():
+    from alignment.diagnose import _gaussian_surrogate, _repeated_points
+
+    _, Y = _repeated_cloud(0)
+    gy, my = _repeated_points(Y)
+    S = _gaussian_surrogate(Y, np.random.default_rng(0))
+    for g in range(len(my)):      # the rows of one point of Y stay one point of S, with Y's own small offsets
+        D = (S - Y)[gy == g]
+        assert np.abs(D - D[0]).max() < 1e-5
+    assert np.abs(S - Y).max() > 0.5                  # and the points themselves are drawn anew
+    # no repeats: the plain surrogate, a Gaussian with Y's mean and covariance
+    Z = np.random.default_rng(1).standard_normal((3000, 6)) * np.arange(1, 7)
+    S = _gaussian_surrogate(Z, np.random.default_rng(0))
+    assert len(_repeated_points(Z)[1]) == len(Z)
+    assert np.allclose(np.cov(S.T), np.cov(Z.T), atol=0.05 * 36) and np.abs(S.mean(0)).max() < 0.3
+
+
+def test_outcome_with_labels_counts_a_row_of_the_partners_label_as_a_hit():
+    from eval.pairfree_diagnose import _r1
+
+    Y = np.array([[0.0, 0.0], [0.1, 0.0], [5.0, 5.0]])
+    label = np.array(["a", "a", "b"])
+    M = np.array([[0.09, 0.0], [5.0, 5.1]])       # row 0's partner is Y row 0, its nearest is Y row 1 (same label)
+    true = np.array([0, 2])
+    assert _r1(M, Y, true) == 0.5 and _r1(M, Y, true, label) == 1.0
+
+
 def test_paired_signals_enter_the_verdict():
     X, Y, true = synthetic(300, 16, 0.0, 1.0, seed=4)
     d = diagnose(X, Y, pairs=(X, Y[true]), restarts=2, n_perm=5)

@@ -60,13 +60,15 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json
 @click.command("diagnose-validate")
 @click.option("--real/--no-real", default=True, show_default=True, help="Include the Tux Paint encoder pairs.")
 @click.option("--n", type=int, default=1000, show_default=True, help="Rows of the synthetic cases.")
+@click.option("--world", type=click.Choice(["quick", "lab", "gpu"]), default=None,
+              help="Also the JEPA world's cases, seeds 0-2 of this preset (needs `captioner world train`).")
 @click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
 @click.option("--json", "as_json", is_flag=True)
-def validate_cmd(real, n, out, as_json):
+def validate_cmd(real, n, world, out, as_json):
     """The diagnosis' verdict against the measured outcome on cases with a known answer (a table)."""
     from eval.pairfree_diagnose import run, table
 
-    res = run(n=n, real=real)
+    res = run(n=n, real=real, world=world)
     if out:
         from pathlib import Path
 
