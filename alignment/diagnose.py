@@ -12,7 +12,7 @@ rests on signals that need none:
 | ``distances`` | 1 - Kolmogorov-Smirnov distance between the two distributions of pairwise cosine distances, each divided by its median (rotation and scale invariant) | no |
 | ``knn_graph`` | 1 - KS distance between the two distributions of a point's k-NN distance ratio d_1 / d_k (local density shape) | no |
 | ``stability`` | the matcher run on ``restarts`` bootstrap subsamples of both sides: mean cosine between the directions each answer maps the same X rows to (1: the same rotation every time; ~0: unrelated rotations) | no |
-| ``surrogate_margin`` | the matcher's own score (mutual-NN rate) on (X, Y) minus its score on (X, a Gaussian cloud with Y's spectrum): structure the matcher locks onto beyond what a spectrum alone gives | no |
+| ``surrogate_margin`` | the matcher's own score (mutual-NN rate) on (X, Y) minus its score on (X, a Gaussian cloud with Y's spectrum): structure the matcher locks onto beyond what a spectrum alone gives; when a side repeats points (the JEPA world's scenes), both scores are taken between distinct points and the surrogate repeats its points as Y does | no |
 
 The verdict is "feasible" when the bootstrap answers agree (``stability`` >= ``STABLE``) and the matcher's
 score stands above the surrogate (``surrogate_margin`` >= ``MARGIN``); with pairs, "feasible" also needs the
