@@ -86,6 +86,24 @@ def test_outcome_with_labels_counts_a_row_of_the_partners_label_as_a_hit():
     assert _r1(M, Y, true) == 0.5 and _r1(M, Y, true, label) == 1.0
 
 
+def test_world_cases_pair_each_render_with_a_caption_of_its_scene(monkeypatch):
+    """diagnose-validate --world: Y is shuffled apart, ``true`` finds each render's caption row again, and
+    that row's label is the render's scene (embeddings stubbed: only the bookkeeping is checked here)."""
+    import eval.world.chain as chain
+    from eval.pairfree_diagnose import world_cases
+    from eval.world.setting import setting
+
+    monkeypatch.setattr(chain, "embed", lambda name, items, device="cpu": np.zeros((len(list(items)), 4)))
+    got = list(world_cases("quick", seeds=(0,), n=50))
+    st = setting(0)
+    scenes = np.array([st.train.samples[i].label for i in st.same_images[:50]])
+    assert [g[0] for g in got] == [f"world quick seed 0 image JEPA -> {k}" for k in chain.TEXT_ENCODERS]
+    for name, kind, X, Y, true, label in got:
+        assert kind == "world" and X.shape == (50, 4) and Y.shape == (50, 4)
+        assert sorted(true) == list(range(50)) and (label[true] == scenes).all()
+        assert not (true == np.arange(50)).all()          # shuffled apart
+
+
 def test_paired_signals_enter_the_verdict():
     X, Y, true = synthetic(300, 16, 0.0, 1.0, seed=4)
     d = diagnose(X, Y, pairs=(X, Y[true]), restarts=2, n_perm=5)
