@@ -115,14 +115,15 @@ def _repeated_points(Y) -> tuple[np.ndarray, np.ndarray]:
     return group, means / cnt[:, None]
 
 
-def _gaussian_surrogate(Y, rng) -> np.ndarray:
+def _gaussian_surrogate(Y, rng, repeats=None) -> np.ndarray:
     """A Gaussian cloud with Y's mean and covariance: Y's spectrum, none of its structure. When Y repeats
-    points (rows merged by ``_repeated_points``), the Gaussian is drawn for its distinct points and each is
-    repeated as often as in Y, with Y's own small offsets: the matcher's mutual-NN score is low among
-    repeated points whatever the rotation, so a surrogate without repeats would score higher for that reason
-    alone (the JEPA world: renders and captions of ~100 scenes, each many times)."""
+    points (rows merged by ``_repeated_points``; ``repeats``: its answer for Y when already known), the
+    Gaussian is drawn for its distinct points and each is repeated as often as in Y, with Y's own small
+    offsets: the matcher's mutual-NN score is low among repeated points whatever the rotation, so a surrogate
+    without repeats would score higher for that reason alone (the JEPA world: renders and captions of ~100
+    scenes, each many times)."""
     Y = np.asarray(Y, np.float64)
-    group, means = _repeated_points(Y)
+    group, means = _repeated_points(Y) if repeats is None else repeats
     if len(means) == len(Y):           # no repeats: the plain surrogate
         Yc = Y - Y.mean(0)
         _, s, Vt = np.linalg.svd(Yc, full_matrices=False)
@@ -163,28 +164,23 @@ def matcher_signals(X, Y, restarts: int = 3, frac: float = 0.8, seed: int = 0, m
         dirs.append(_mapped_directions(res.rotation, X))
         scores.append(float(res.score))
     cos = [float((dirs[a] * dirs[b]).sum(1).mean()) for a in range(restarts) for b in range(a + 1, restarts)]
-    S = _gaussian_surrogate(Y, rng)
+    _, mx = _repeated_points(X)
+    rep_y = _repeated_points(Y)
+    my = rep_y[1]
+    S = _gaussian_surrogate(Y, rng, rep_y)
     sur = matcher(X, S, restarts)
     full = matcher(X, Y, restarts + 1)
     s_full, s_sur = float(full.score), float(sur.score)
-    _, mx = _repeated_points(X)
-    _, my = _repeated_points(Y)
     if len(mx) < len(X) or len(my) < len(Y):
+        from alignment.neighbours import _mutual
+
         # repeated points: mutual nearest neighbours among copies are a coin toss whatever the rotation, so
         # both scores are taken between the distinct points (the surrogate repeats its points as Y does)
-        s_full = _mutual_nn_rate(full.rotation.transform(mx), my)
-        s_sur = _mutual_nn_rate(sur.rotation.transform(mx), _repeated_points(S)[1])
+        s_full = _mutual(np.asarray(full.rotation.transform(mx), np.float64), my)[3]
+        s_sur = _mutual(np.asarray(sur.rotation.transform(mx), np.float64), _repeated_points(S)[1])[3]
     return {"stability": float(np.mean(cos)) if cos else float("nan"), "matcher_score": s_full,
             "surrogate_score": s_sur, "surrogate_margin": s_full - s_sur, "bootstrap_scores": scores,
             "distinct_points": [int(len(mx)), int(len(my))]}
-
-
-def _mutual_nn_rate(A, B) -> float:
-    """The share of rows of A whose nearest row of B has them as its nearest row of A (Euclidean)."""
-    A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
-    D = (A * A).sum(1)[:, None] - 2 * A @ B.T + (B * B).sum(1)[None]
-    ab, ba = D.argmin(1), D.argmin(0)
-    return float(np.mean(ba[ab] == np.arange(len(A))))
 
 
 def unpaired_signals(X, Y, restarts: int = 3, dim: int = 64, seed: int = 0, matcher=None) -> dict:
