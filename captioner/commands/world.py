@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import click
 
@@ -29,14 +28,14 @@ def train_cli(preset, seed, device, as_json, quiet):
     Kept under $CAPTIONER_HOME/world/<preset>-s<seed>; a killed run resumes from its last checkpoint.
     They are then the encoders world-image-jepa, world-text-jepa, world-ntp, world-ntp-last and
     world-untrained (add ?seed=N&preset=P for another seed or preset)."""
+    from captioner.world.models import world_dir
     from captioner.world.train import train_world
 
     meta = train_world(preset, seed, device=device, progress=not quiet)
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
-    folder = str(Path(meta["encoders"]["world-image-jepa"]).parent)
-    click.echo(f"world {preset} seed {seed}: encoders in {folder} ({meta['seconds']} s this call)")
+    click.echo(f"world {preset} seed {seed}: encoders in {world_dir(preset, seed)} ({meta['seconds']} s this call)")
     runs = (meta.get("restarts") or {}).get("text-jepa") or []
     if len(runs) > 1:   # which of the text JEPA's runs the registry loads, and why
         kept = meta["runs"]["text-jepa"]

@@ -50,13 +50,12 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     t = train_models(cfg, out, progress, device=device)
     from dataclasses import asdict
 
-    # the kept restart of each JEPA (the lowest final training loss; the first run when trained once)
-    runs = {kind: kept_name(kind, t[side][3]) for kind, side in (("image-jepa", "image"), ("text-jepa", "text"))}
+    # each JEPA's restarts [(init seed, final loss)] and the kept one (the lowest loss; the first when trained once)
+    restarts = {kind: t[side][3] for kind, side in (("image-jepa", "image"), ("text-jepa", "text"))}
+    runs = {kind: kept_name(kind, losses) for kind, losses in restarts.items()}
     meta = {"preset": preset, "seed": seed, "world": fingerprint(), "config": asdict(cfg),
             "encoders": {name: str(out / runs.get(run, run)) for name, (run, _) in ENCODERS.items()},
-            "runs": runs, "restarts": {kind: t[side][3] for kind, side in (("image-jepa", "image"),
-                                                                        ("text-jepa", "text"))},
-            "seconds": round(time.time() - t0, 1)}
+            "runs": runs, "restarts": restarts, "seconds": round(time.time() - t0, 1)}
     if main is None or main.is_main_process:
         _save_untrained(t["untrained"], t["text"][1], out / "untrained" / "checkpoint.pt")
         atomic_write_json(out / META, meta)

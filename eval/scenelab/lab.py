@@ -174,6 +174,9 @@ def restarts_of(cfg: LabConfig, kind: str) -> int:
     return n
 
 
+RESTART_SEED_STEP = 1000   # restart r of a JEPA trains from init seed cfg.seed + RESTART_SEED_STEP x r
+
+
 def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, **over):
     """``_train_and_load`` ``restarts_of(cfg, kind)`` times (the first in ``out``, the others in ``out``-r1,
     ...), and the one with the lowest ``final_loss``; also returns [(seed, final loss)] and the model of
@@ -183,8 +186,9 @@ def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int
     best, losses, models = None, [], []
     for r in range(restarts_of(cfg, kind)):
         run = Path(out) if r == 0 else Path(f"{out}-r{r}")
-        got = _train_and_load(kind, cfg, data, run, progress, steps, cfg.seed + 1000 * r, **over)
-        losses.append((cfg.seed + 1000 * r, final_loss(run)))
+        init = cfg.seed + RESTART_SEED_STEP * r
+        got = _train_and_load(kind, cfg, data, run, progress, steps, init, **over)
+        losses.append((init, final_loss(run)))
         models.append(got[0])
         if best is None or losses[-1][1] < best[0]:
             best = (losses[-1][1], got)
