@@ -139,7 +139,7 @@ def run_http(pipe, paths, n, warmup, rotation, decode) -> dict:
                 with open(path, "rb") as f:
                     up = http.post(f"{api}/upload", files={"files": (Path(path).name, f, "image/png")})
                 fd = {"path": up.json()[0], "orig_name": Path(path).name, "meta": {"_type": "gradio.FileData"}}
-                r = http.post(f"{api}/call/caption", json={"data": [fd, rotation, img, txt, 5, decode]})
+                r = http.post(f"{api}/call/caption", json={"data": [fd, rotation, img, txt, 5, decode, "rotation"]})
                 body = http.get(f"{api}/call/caption/{r.json()['event_id']}").text
                 dt = (time.perf_counter() - t0) * 1e3
                 if "event: complete" not in body:

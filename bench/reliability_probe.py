@@ -253,7 +253,7 @@ def case_demo(tmp: Path) -> list[dict]:
             if up.status_code != 200:
                 return str(up.status_code)
             image = {"path": up.json()[0], "orig_name": "red.png", "meta": {"_type": "gradio.FileData"}}
-            r = http.post(f"{api}/call/caption", json={"data": [image, "paired", "fake-image", "fake-text", 5, True]})
+            r = http.post(f"{api}/call/caption", json={"data": [image, "paired", "fake-image", "fake-text", 5, True, "rotation"]})
             if r.status_code != 200:
                 return str(r.status_code)
             text = http.get(f"{api}/call/caption/{r.json()['event_id']}").text

@@ -25,6 +25,7 @@ os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
 from captioner.demo_inputs import (  # noqa: E402,F401  (re-exported: the demo's public names)
     _DECODE_SLOTS,
+    CAPTIONER_LABELS,
     DECODE_CONCURRENCY,
     EXAMPLE_PHOTOS,
     EXAMPLE_STAMP_CATEGORIES,
@@ -103,7 +104,7 @@ class DemoHandlers:
     """
 
     def __init__(self, pipeline, factory: Callable[[str, str], Any] | None = None,
-                 notify: Callable[[str], None] | None = None):
+                 notify: Callable[[str], None] | None = None, classifier: Callable | None = None):
         self.notify = notify or log.info
         self.default_pair = (_encoder_name(pipeline, "image", "efficientnet-lite0"),
                              _encoder_name(pipeline, "text", "minilm-l6"))
@@ -123,6 +124,14 @@ class DemoHandlers:
         self.image_choices, self.text_choices = encoder_choices(pipeline)
         self.rotations = list(getattr(pipeline, "rotations", None) or ["paired", "pairfree"])  # fakes in tests
         self.default_rotation = "head" if "head" in self.rotations else self.rotations[0]  # captions.md: no pair
+        if classifier is None and hasattr(pipeline, "caption_bank"):  # a real pipeline: the CLI's default too
+            from captioner.photocaption import ClassifierCaptioner
+
+            classifier = ClassifierCaptioner(type(pipeline), self.default_pair[1], getattr(pipeline, "device", "cpu"))
+        self.classifier = classifier
+        # captions.md: the classifier names the validation photos' subject most often; a fake has only rotations
+        self.captioners = (["classifier"] if classifier is not None else []) + ["rotation"]
+        self.default_captioner = self.captioners[0]
 
     # -- pipelines -------------------------------------------------------------------------------------
     def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):
@@ -169,8 +178,10 @@ class DemoHandlers:
 
     # -- the three tabs ---------------------------------------------------------------------------------
     def caption(self, image, rotation="paired", image_encoder=None, text_encoder=None, top_k=5,
-                decode=True) -> tuple[str, list[list], str, str]:
-        """Caption one image.
+                decode=True, captioner="rotation") -> tuple[str, list[list], str, str]:
+        """Caption one image: through ``rotation`` (retrieval, plus the decoder if ``decode``), or with
+        ``captioner="classifier"`` by the image encoder's ImageNet head (:mod:`captioner.photocaption`; the
+        rotation, the encoder pair and ``decode`` do not apply).
 
         Returns
         -------
@@ -179,12 +190,17 @@ class DemoHandlers:
             line of milliseconds; ``status``: empty on success, else the reason nothing was captioned.
         """
         try:
+            if captioner not in self.captioners:
+                raise DemoInputError(f"unknown captioner {captioner!r}; choose one of {', '.join(self.captioners)}")
             rotation = self._rotation(rotation)
             k = self._top_k(top_k)
             im, decode_ms = _decode_image(image)
-            pipe, lock = self.pipeline(image_encoder, text_encoder)
-            with lock:
-                out = pipe.caption([im], top_k=k, rotation=rotation, decode=bool(decode))[0]
+            if captioner == "classifier":
+                out = self.classifier([im], top_k=k)[0]
+            else:
+                pipe, lock = self.pipeline(image_encoder, text_encoder)
+                with lock:
+                    out = pipe.caption([im], top_k=k, rotation=rotation, decode=bool(decode))[0]
             rows = [[i + 1, r["caption"], round(float(r["score"]), 4)] for i, r in enumerate(out["retrieved"])]
             timings = {"image_decode": decode_ms, **out.get("timings_ms", {})}
             return out["caption"], rows, _fmt_ms(timings), ""
@@ -346,12 +362,14 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
     if warmup:
         pipeline.warmup()
     h = DemoHandlers(pipeline, factory, notify=lambda msg: gr.Info(html.escape(msg), duration=15))
+    if warmup and h.classifier is not None and hasattr(h.classifier, "warmup"):
+        h.classifier.warmup()
     examples = example_images() if examples is None else examples
     sets = label_sets()
     first_set = next(iter(sets))
 
-    def caption_ui(image, rotation, img_enc, txt_enc, top_k, decode):
-        out = h.caption(image, rotation, img_enc, txt_enc, top_k, decode)
+    def caption_ui(image, rotation, img_enc, txt_enc, top_k, decode, captioner):
+        out = h.caption(image, rotation, img_enc, txt_enc, top_k, decode, captioner)
         _warn_if(out[-1])
         return out
 
@@ -393,6 +411,8 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                 with gr.Column():
                     cap_image = gr.Image(type="filepath", sources=["upload"], label="Image",
                                          elem_id="caption-image", height=320)
+                    captioner = gr.Radio([(CAPTIONER_LABELS[c], c) for c in h.captioners], value=h.default_captioner,
+                                         label="Captioner", elem_id="captioner")
                     with gr.Row():
                         top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Retrieved captions (top-k)")
                         decode = gr.Checkbox(value=True, label="Decode a caption (else: the best retrieved one)")
@@ -407,7 +427,7 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
             if examples:
                 gr.Examples(examples, inputs=[cap_image], label="Examples (sample photos and Tux Paint stamps)",
                             examples_per_page=12, elem_id="caption-examples")
-            cap_btn.click(caption_ui, [cap_image, rotation, img_enc, txt_enc, top_k, decode],
+            cap_btn.click(caption_ui, [cap_image, rotation, img_enc, txt_enc, top_k, decode, captioner],
                           [cap_out, cap_table, cap_time, cap_status], api_name="caption", preprocess=False)
 
         with gr.Tab("Zero-shot", id="zeroshot-tab"):
@@ -452,6 +472,8 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                          [al_table, al_plot, al_scaling, al_summary, al_status], api_name="alignment",
                          preprocess=False)
 
+        from captioner.world.demo import world_tab
+
         world_tab(gr)
 
     set_serving_threads(torch_threads)
@@ -459,29 +481,6 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
     app.handlers = h
     app.examples = examples
     return app
-
-
-def world_tab(gr) -> None:
-    """The World tab: a random held-out scene of the JEPA world, captioned through the pair-free and the
-    paired rotation beside its true description (``captioner.world.demo``; needs `captioner world train`)."""
-    from captioner.errors import CaptionerError
-
-    def draw():
-        from captioner.world.demo import world_example, world_markdown
-
-        try:
-            ex = world_example()
-        except CaptionerError as e:
-            return None, f"**{e}**"
-        return ex["image"], world_markdown(ex)
-
-    with gr.Tab("World", id="world-tab"):
-        gr.Markdown("The JEPA world: JEPAs trained apart on renders and on captions, one rotation between them.")
-        w_btn = gr.Button("Draw a held-out scene", variant="primary", elem_id="world-btn")
-        with gr.Row():
-            w_image = gr.Image(type="pil", label="Render", interactive=False, elem_id="world-image", height=200)
-            w_text = gr.Markdown(elem_id="world-captions")
-        w_btn.click(draw, [], [w_image, w_text], api_name="world")
 
 
 def launch(app, host: str = "127.0.0.1", port: int | None = 7860, block: bool = True, quiet: bool = False):

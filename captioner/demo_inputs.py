@@ -19,6 +19,11 @@ TUXPAINT_STAMPS = Path("/usr/share/tuxpaint/stamps")
 EXAMPLE_STAMP_CATEGORIES = ("animals", "food", "vehicles", "plants", "space", "sports")
 EXAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "motorcycle_left")
 
+# The caption tab's captioners (DemoHandlers.captioners): the classifier only beside a real pipeline.
+CAPTIONER_LABELS = {
+    "classifier": "ImageNet classifier (EfficientNet-Lite1's head names it; no rotation, no pair)",
+    "rotation": "Rotation (the rotation and encoders above: retrieval, plus the decoder)",
+}
 MAX_LABELS = 1000            # ImageNet-1k fits; above this the list is cut with a message
 # The pipeline prompts each label with 80 ImageNet templates: 1,000 labels would be 80,000 sentences to
 # embed (over ten minutes on two cores). Above FULL_PROMPT_LABELS labels the demo asks for one template when
@@ -222,5 +227,5 @@ def _decode_image(value):
 def _fmt_ms(t: dict) -> str:
     names = {"image_decode": "image decode", "encode": "encode", "rotate_retrieve": "rotate + retrieve",
              "decode": "caption decoding"}
-    parts = [f"{names.get(k, k)} {float(v):.1f} ms" for k, v in t.items() if v is not None]
+    parts = [f"{names.get(k, k)} {float(v):.1f} ms" for k, v in t.items() if isinstance(v, (int, float))]
     return "Timings: " + " · ".join(parts) if parts else ""

@@ -82,6 +82,31 @@ def retrieve(Q: np.ndarray, bank: CaptionBank, top_k: int = 5, chunk: int = 256)
     return idx, sc
 
 
+def distinct(idx: np.ndarray, scores: np.ndarray, key, top_k: int) -> tuple[list[list[int]], list[list[float]]]:
+    """The first ``top_k`` of each row of ranked captions ``idx`` (with ``scores``) whose ``key(row)`` differs
+    from that of every caption kept before it; rows with too few distinct keys are filled with the skipped
+    captions, in rank order. Returns (rows, scores): ``min(top_k, idx.shape[1])`` per query, best first.
+
+    >>> distinct(np.array([[4, 7, 9]]), np.array([[0.9, 0.8, 0.1]]), {4: "moped", 7: "moped", 9: "cat"}.get, 2)
+    ([[4, 9]], [[0.9, 0.1]])
+    """
+    k = min(int(top_k), idx.shape[1])
+    rows, vals = [], []
+    for r, sc in zip(idx, scores):
+        keep, seen = [], set()
+        for j in range(len(r)):
+            if len(keep) == k:
+                break
+            kj = key(int(r[j]))
+            if kj not in seen:
+                keep.append(j)
+                seen.add(kj)
+        keep = sorted(keep + [j for j in range(len(r)) if j not in keep][:k - len(keep)])
+        rows.append([int(r[j]) for j in keep])
+        vals.append([float(sc[j]) for j in keep])
+    return rows, vals
+
+
 def project(Q: np.ndarray, bank: CaptionBank, temperature: float = 0.01, top_k: int | None = None,
             chunk: int = 256) -> np.ndarray:
     """DeCap's projection: the softmax(cos / temperature)-weighted mean of the bank embeddings (the raw

@@ -9,13 +9,17 @@ Candidates:
   Tux Paint train as in the pipeline) and take the top-1 retrieved caption of the ``tuxpaint`` bank (369 train
   captions) or the ``default`` broad bank (``captioner.bank.bank_sets("default")``);
 - ``classifier / <bank>``: no rotation: the image encoder's own ImageNet classifier head gives class
-  probabilities p; the text query is sum_c p_c t_c over the class-name prompt embeddings t_c, and the top-1
-  bank caption by cosine is the caption (text-to-text retrieval; no image-caption pair anywhere);
+  probabilities p; the text query is sum_c p_c t_c over the class-name prompt embeddings t_c, around their
+  mean, and the top-1 bank caption around the bank's mean is the caption (text-to-text retrieval; no
+  image-caption pair anywhere; ``captioner.photocaption.classifier_retrieve``);
 - ``classifier-name``: the top-1 ImageNet class name itself;
 - ``classifier-name, else paired-broad / default``: the top-1 class name when its probability is at least
   ``FALLBACK_BELOW`` (0.1), else the top-1 ``default`` bank caption under a Procrustes map fitted on the
   image-caption pairs of Tux Paint train and openclipart train (drawings with their titles): not a pair-free
-  candidate, and measured only, not the default (see docs/results/captions.md).
+  candidate, and measured only, not the default (see docs/results/captions.md);
+- ``alternatives ...``: not one caption but the 5 alternatives ``captioner caption`` lists under it (default
+  bank, the default classifier encoder), with the template copies of one name skipped as the CLI does, and
+  kept: the share of photos for which one of the 5 names the subject.
 
 The classifier candidates are measured with the classifier head of each of EfficientNet-Lite0 (the rotations'
 image encoder), -Lite1 and -Lite2, tagged with the encoder's name; the rotation candidates use Lite0.
@@ -94,12 +98,27 @@ def _class_name_bounds(P: np.ndarray, names, samples) -> dict:
             "bound: some class name names it": float(np.mean([some[s.label] for s in samples]))}
 
 
-def text_retrieve_top1(Q: np.ndarray, bank) -> list[str]:
-    """Top-1 bank caption by plain cosine (queries already in text space, no centring)."""
-    from captioner.bank import l2n
+def _alternatives(Q: np.ndarray, bank, samples, k: int = 5) -> dict:
+    """Share of photos for which one of the classifier captioner's ``k`` alternatives names the subject, with
+    template copies skipped (as listed) and kept."""
+    from captioner.photocaption import classifier_retrieve
+    from captioner.photosets import subject_extra
+    from captioner.subject import names_subject
 
-    S = l2n(Q) @ bank.E.T
-    return [bank.texts[i] for i in S.argmax(1)]
+    out = {}
+    for copies, what in ((False, "copies skipped, as listed"), (True, "template copies kept")):
+        idx, _ = classifier_retrieve(Q, bank, k, copies=copies)
+        out[f"alternatives: one of {k} names it ({what})"] = float(np.mean(
+            [any(names_subject(bank.texts[j], s.label, subject_extra(s.label)) for j in row)
+             for row, s in zip(idx, samples)]))
+    return out
+
+
+def text_retrieve_top1(Q: np.ndarray, bank) -> list[str]:
+    """Top-1 bank caption for the classifier's class queries, as the classifier captioner retrieves it."""
+    from captioner.photocaption import classifier_retrieve
+
+    return [bank.texts[i[0]] for i in classifier_retrieve(Q, bank, 1, copies=True)[0]]
 
 
 def _rows(es, sample_ids) -> np.ndarray:
@@ -159,6 +178,7 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
                 idx, _ = retrieve(to_text_space(broad, Xc, banks["default"].dim), banks["default"], 1)
                 cands[f"classifier-name, else paired-broad / default{tag}"] = with_fallback(
                     P, names, [banks["default"].texts[i[0]] for i in idx])
+                bounds.update(_alternatives(Qc, banks["default"], samples))
         for c, caps in cands.items():
             rows.append({"candidate": c, "dataset": dname, "n": len(samples),
                          "subject_named": round(_rate(caps, samples, subject_extra), 4)})

@@ -318,3 +318,63 @@ def test_the_rotation_buttons_start_on_head_when_the_pipeline_offers_it():
     assert DemoHandlers(pipe).default_rotation == "paired"  # the fake offers paired and pairfree only
     pipe.rotations = ["paired", "pairfree", "head"]
     assert DemoHandlers(pipe).default_rotation == "head"
+
+
+# -- the classifier captioner in the caption tab ------------------------------------------------------------
+
+class _FakeClassifier:
+    """Names an image by its mean colour, as ``ClassifierCaptioner`` returns captions (the "per" note too)."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __call__(self, images, top_k=5):
+        self.calls.append(top_k)
+        out = []
+        for im in images:
+            rgb = np.asarray(im.convert("RGB")).reshape(-1, 3).mean(0)
+            name = "fire truck" if rgb[0] > 128 else "frog"
+            out.append({"caption": f"A photo of a {name}.", "retrieved": [
+                {"caption": f"A {name}.", "score": 0.9}, {"caption": "A photo of a cup.", "score": 0.2}][:top_k],
+                "timings_ms": {"encode": 3.0, "rotate_retrieve": 0.25, "decode": 0.0, "per": "image (batch average)"}})
+        return out
+
+
+def test_the_caption_tab_offers_the_classifier_first_when_there_is_one(pipe, tmp_path):
+    assert DemoHandlers(pipe).captioners == ["rotation"]  # a fake pipeline builds no classifier
+    clf = _FakeClassifier()
+    h = DemoHandlers(pipe, classifier=clf)
+    assert h.captioners == ["classifier", "rotation"] and h.default_captioner == "classifier"
+    cap, rows, timings, status = h.caption(solid(tmp_path / "red.png", (255, 0, 0)), "paired", top_k=1,
+                                           captioner="classifier")
+    assert status == "" and cap == "A photo of a fire truck." and rows == [[1, "A fire truck.", 0.9]]
+    assert clf.calls == [1] and pipe.calls["caption"] == 0  # the rotation pipeline is not touched
+    assert "encode 3.0 ms" in timings and "per" not in timings
+    # the rotation captioner is still there, and an unknown one is one line
+    assert h.caption(solid(tmp_path / "r2.png", (255, 0, 0)), "paired", captioner="rotation")[0] == \
+        "decoded: a red fire truck."
+    status = h.caption(solid(tmp_path / "r3.png", (255, 0, 0)), "paired", captioner="magic")[-1]
+    assert status == "unknown captioner 'magic'; choose one of classifier, rotation"
+    assert DemoHandlers(pipe).caption(solid(tmp_path / "r4.png", (0, 255, 0)), captioner="classifier")[-1] == \
+        "unknown captioner 'classifier'; choose one of rotation"
+
+
+def test_classifier_captioner_builds_its_pipeline_once_with_the_default_bank():
+    import threading
+
+    from captioner.photocaption import CLASSIFIER_ENCODER, ClassifierCaptioner
+
+    built = []
+
+    def factory(**kw):
+        built.append(kw)
+        return object()
+
+    c = ClassifierCaptioner(factory, "minilm-l3", "cpu")
+    threads = [threading.Thread(target=c.pipeline) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert built == [{"image_encoder": CLASSIFIER_ENCODER, "text_encoder": "minilm-l3", "device": "cpu",
+                      "progress": False, "bank": "default"}]

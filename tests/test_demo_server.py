@@ -73,7 +73,7 @@ def client(app):
 
 def caption(c, path, rotation="paired", top_k=5, decode=True):
     return c.predict(gradio_client.handle_file(path), rotation, "fake-image", "fake-text", top_k, decode,
-                     api_name="/caption")
+                     "rotation", api_name="/caption")
 
 
 def classify(c, path, labels):
@@ -168,7 +168,7 @@ def test_load_200_requests_8_at_a_time(server, files):
             up = http.post(f"{api}/upload", files={"files": (f"{colour}.png", f, "image/png")})
         up.raise_for_status()
         image = {"path": up.json()[0], "orig_name": f"{colour}.png", "meta": {"_type": "gradio.FileData"}}
-        r = http.post(f"{api}/call/caption", json={"data": [image, "paired", "fake-image", "fake-text", 5, True]})
+        r = http.post(f"{api}/call/caption", json={"data": [image, "paired", "fake-image", "fake-text", 5, True, "rotation"]})
         r.raise_for_status()
         out = sse_result(http.get(f"{api}/call/caption/{r.json()['event_id']}").text)
         return out[0] == expected[colour] and out[3] == "" and len(out[1]["data"]) == 5
@@ -214,7 +214,7 @@ def test_real_pipeline_through_the_server(tmp_path, shared_home):
             img, txt = app.handlers.default_pair
             assert (img, txt) == ("efficientnet-lite0", "minilm-l6")
             cap, table, timings, status = c.predict(gradio_client.handle_file(photo), "paired", img, txt, 5, False,
-                                                    api_name="/caption")
+                                                    "rotation", api_name="/caption")
             assert status == ""
             scores = [row[2] for row in table["data"]]
             assert len(scores) == 5 and scores == sorted(scores, reverse=True)
@@ -222,7 +222,7 @@ def test_real_pipeline_through_the_server(tmp_path, shared_home):
             assert "encode" in timings and "rotate + retrieve" in timings
             text = tmp_path / "x.png"
             text.write_text("nope")
-            status = c.predict(gradio_client.handle_file(str(text)), "paired", img, txt, 5, False,
+            status = c.predict(gradio_client.handle_file(str(text)), "paired", img, txt, 5, False, "rotation",
                                api_name="/caption")[3]
             assert status.startswith("could not read 'x.png'")
         finally:

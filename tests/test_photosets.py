@@ -167,3 +167,24 @@ def test_class_name_bounds_known_answers():
     got = _class_name_bounds(P, names, samples)
     # cat (top 1) and fish (goldfish) are named in the top 5; pizza only 7th; no class names a guitar
     assert got == {"bound: a top-5 class name names it": 0.5, "bound: some class name names it": 0.75}
+
+
+@pytest.mark.slow
+def test_the_demo_captions_with_the_classifier_on_the_real_encoders(tmp_path):
+    """The demo's caption tab with the real pipeline: the classifier captioner is offered first and names the
+    coffee photo (EfficientNet-Lite1's head), its alternatives from the bank given."""
+    from captioner.datasets import get_dataset
+    from captioner.demo import DemoHandlers
+    from captioner.photocaption import ClassifierCaptioner
+    from captioner.pipeline import Pipeline
+
+    bank = tmp_path / "bank.txt"
+    bank.write_text("A cup of coffee.\nA cat on a sofa.\nA red car.\n")
+    photos = {s.id: s.source for s in get_dataset("samples").samples}
+    pipe = Pipeline(progress=False)
+    h = DemoHandlers(pipe)
+    assert h.default_captioner == "classifier" and isinstance(h.classifier, ClassifierCaptioner)
+    h.classifier = ClassifierCaptioner(Pipeline, "minilm-l6", bank=str(bank))
+    cap, rows, timings, status = h.caption(photos["coffee"], top_k=2, captioner="classifier")
+    assert status == "" and cap == "A photo of an espresso." and rows[0][1] == "A cup of coffee." and len(rows) == 2
+    assert "encode" in timings

@@ -86,3 +86,24 @@ def world_markdown(ex: dict) -> str:
             f"**true description:** {ex['truth']}  \n(scene `{ex['scene']}`)  \n"
             f"Nearest train caption (this scene is never in the bank): pair-free \"{near['pairfree']}\", "
             f"paired \"{near['paired']}\"")
+
+
+def world_tab(gr) -> None:
+    """The World tab: a random held-out scene of the JEPA world, captioned through the pair-free and the
+    paired rotation beside its true description (:func:`world_example`; needs `captioner world train`)."""
+    from captioner.errors import CaptionerError
+
+    def draw():
+        try:
+            ex = world_example()
+        except CaptionerError as e:
+            return None, f"**{e}**"
+        return ex["image"], world_markdown(ex)
+
+    with gr.Tab("World", id="world-tab"):
+        gr.Markdown("The JEPA world: JEPAs trained apart on renders and on captions, one rotation between them.")
+        w_btn = gr.Button("Draw a held-out scene", variant="primary", elem_id="world-btn")
+        with gr.Row():
+            w_image = gr.Image(type="pil", label="Render", interactive=False, elem_id="world-image", height=200)
+            w_text = gr.Markdown(elem_id="world-captions")
+        w_btn.click(draw, [], [w_image, w_text], api_name="world")
