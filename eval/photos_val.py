@@ -8,6 +8,8 @@ Candidates:
 - ``<rotation> / <bank>``: rotate the image embedding with ``paired`` / ``head`` / ``pairfree`` (fitted on
   Tux Paint train as in the pipeline) and take the top-1 retrieved caption of the ``tuxpaint`` bank (369 train
   captions) or the ``default`` broad bank (``captioner.bank.bank_sets("default")``);
+- ``<rotation> / decoder``: the text-only decoder's caption of that rotation's query (what ``captioner caption
+  --rotation R`` prints; the decoder reads the query as ``decode_input="auto"`` does), unless ``--no-decoder``;
 - ``classifier / <bank>``: no rotation: the image encoder's own ImageNet classifier head gives class
   probabilities p; the text query is sum_c p_c t_c over the class-name prompt embeddings t_c, around their
   mean, and the top-1 bank caption around the bank's mean is the caption (text-to-text retrieval; no
@@ -132,7 +134,7 @@ def _rows(es, sample_ids) -> np.ndarray:
 
 
 def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("paired", "head", "pairfree"),
-             samples_per_set: int | None = None,
+             samples_per_set: int | None = None, decoder: bool = True,
              classifier_encoders=("efficientnet-lite1", "efficientnet-lite2")) -> dict:
     from captioner.bank import bank_sets, build_bank
     from captioner.cache import embed
@@ -166,6 +168,9 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
                 Q = to_text_space(pipe.serving_rotation(r), X, bank.dim)
                 idx, _ = retrieve(Q, bank, 1)
                 cands[f"{r} / {bname}"] = [bank.texts[i[0]] for i in idx]
+            if decoder:  # the rotation's decoded caption, as `caption --rotation R` gives it
+                Q = to_text_space(pipe.serving_rotation(r), X, pipe.bank().dim)
+                cands[f"{r} / decoder"] = [o["caption"] for o in pipe.caption_queries(Q, 1, True, rotation=r)]
         for cpipe in (pipe, *extra_pipes):  # the classifier head of each image encoder compared
             tag = f" ({cpipe.image_encoder})"
             Xc = X if cpipe is pipe else _rows(embed(cpipe.encoder("image"), ds, "image"), es.sample_ids)
@@ -209,10 +214,12 @@ def main(argv=None) -> int:
     ap.add_argument("--split", default="val", choices=["val", "train"], help="test is held out: not offered")
     ap.add_argument("--bank-limit", type=int, default=None)
     ap.add_argument("--samples", type=int, default=8, help="example captions kept per dataset")
+    ap.add_argument("--no-decoder", action="store_true",
+                    help="skip the rotations' decoded captions (the decoder trains on first use: minutes)")
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
-    res = evaluate(a.split, a.bank_limit, samples_per_set=a.samples)
+    res = evaluate(a.split, a.bank_limit, samples_per_set=a.samples, decoder=not a.no_decoder)
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)

@@ -188,3 +188,26 @@ def test_the_demo_captions_with_the_classifier_on_the_real_encoders(tmp_path):
     cap, rows, timings, status = h.caption(photos["coffee"], top_k=2, captioner="classifier")
     assert status == "" and cap == "A photo of an espresso." and rows[0][1] == "A cup of coffee." and len(rows) == 2
     assert "encode" in timings
+
+
+def test_photos_val_alternatives_count_a_photo_once_one_of_k_names_it():
+    """photos_val's `alternatives:` rows: one of the k lines under the caption names the subject, with the
+    template copies of one name skipped (then a second name gets in) or kept."""
+    from types import SimpleNamespace
+
+    from captioner.bank import CaptionBank, l2n
+    from eval.photos_val import _alternatives
+
+    rng = np.random.default_rng(0)
+    base = l2n(rng.standard_normal((3, 16)))
+    texts = ["A photo of a violin.", "A violin.", "A goldfish.", "A canoe."]
+    E = l2n(np.vstack([base[0], base[0] + 0.05 * base[1], 0.9 * base[0] + 0.5 * base[1], base[2]]))
+    bank = CaptionBank(texts, E.astype(np.float32), {})
+    mu = bank.centered()[0]
+    Q = np.vstack([E[0] - mu, E[3] - mu]).astype(np.float32)  # photo 0 nearest the violin, photo 1 the canoe
+    samples = [SimpleNamespace(label="fish"), SimpleNamespace(label="canoe")]
+    got = _alternatives(Q, bank, samples, k=2)
+    # copies skipped: photo 0 lists "A photo of a violin." then "A goldfish." (names the fish); kept: the two
+    # violins; photo 1 names its canoe either way
+    assert got == {"alternatives: one of 2 names it (copies skipped, as listed)": 1.0,
+                   "alternatives: one of 2 names it (template copies kept)": 0.5}
