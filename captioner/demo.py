@@ -79,11 +79,6 @@ def set_serving_threads(n: int | None = SERVING_TORCH_THREADS) -> None:
 
 
 # ---------------------------------------------------------------------------------------------------------
-# Examples and label sets
-# ---------------------------------------------------------------------------------------------------------
-
-
-# ---------------------------------------------------------------------------------------------------------
 # Handlers: plain functions of plain values
 # ---------------------------------------------------------------------------------------------------------
 
@@ -195,8 +190,9 @@ class DemoHandlers:
             rotation = self._rotation(rotation)
             k = self._top_k(top_k)
             im, decode_ms = _decode_image(image)
-            if captioner == "classifier":
+            if captioner == "classifier":  # no decoder: its timing (0) is not shown
                 out = self.classifier([im], top_k=k)[0]
+                out["timings_ms"] = {n: v for n, v in out.get("timings_ms", {}).items() if n != "decode"}
             else:
                 pipe, lock = self.pipeline(image_encoder, text_encoder)
                 with lock:
@@ -415,7 +411,11 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                                          label="Captioner", elem_id="captioner")
                     with gr.Row():
                         top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Retrieved captions (top-k)")
-                        decode = gr.Checkbox(value=True, label="Decode a caption (else: the best retrieved one)")
+                        decode = gr.Checkbox(value=True, label="Decode a caption (else: the best retrieved one)",
+                                             interactive=h.default_captioner == "rotation")
+                    # the classifier names the photo itself: decoding applies to the rotation captioner only
+                    captioner.change(lambda c: gr.update(interactive=c == "rotation"), captioner, decode,
+                                     api_name=False, queue=False)
                     cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-btn")
                 with gr.Column():
                     cap_status = gr.Markdown(elem_id="caption-status")
