@@ -122,6 +122,44 @@ def build_head(text_encoder, names: list[str], templates: list[str], definitions
     return head_from_embeddings(X, [len(r) for r in prompts])
 
 
+CAPTION_WEIGHT = 1.0  # chosen on Tux Paint train (own caption left out) + val: docs/results/pairfree-real.md
+
+
+def described_by_captions(W: np.ndarray, labels: list[str], samples, bank, weight: float = CAPTION_WEIGHT
+                          ) -> np.ndarray:
+    """Class vectors that the train split's captions of each class describe too (text only: no image is
+    read, only which class each caption's sample belongs to).
+
+    Each side is taken as a direction around the caption bank's mean, the frame the rotated queries are
+    compared in: the prompt vector ``W[k] - mean`` and the mean of the unit caption directions of the
+    samples labelled ``labels[k]``, each unit-normalised, summed with ``weight`` on the captions. Only the
+    captions in ``bank`` count, so a bank built without the test captions (the pipeline's) keeps them out;
+    a class with no caption keeps its prompt vector.
+
+    >>> from captioner.bank import CaptionBank
+    >>> from types import SimpleNamespace as S
+    >>> bank = CaptionBank(["a red car.", "a blue car.", "a cat."], np.eye(3, dtype=np.float32), {})
+    >>> samples = [S(label="car", captions=["a red car."]), S(label="cat", captions=["a cat.", "a dog."])]
+    >>> described_by_captions(np.eye(3, dtype=np.float32)[[1, 2]], ["car", "cat"], samples, bank).shape
+    (2, 3)
+    """
+    from captioner.bank import normalize_caption
+
+    W = np.asarray(W, np.float32)
+    if W.shape[0] != len(labels) or W.shape[1] != bank.dim:
+        raise CaptionerError(f"class vectors {W.shape} do not fit {len(labels)} labels in a {bank.dim}-d bank")
+    mu, Ec, _ = bank.centered()
+    row = {normalize_caption(t): i for i, t in enumerate(bank.texts)}
+    index = {c: k for k, c in enumerate(labels)}
+    V = np.zeros_like(W)
+    for s in samples:
+        k = index.get(s.label)
+        rows = [row[c] for c in {normalize_caption(c) for c in s.captions} if c in row] if k is not None else []
+        for r in rows:
+            V[k] += Ec[r]
+    return l2n(l2n(W - mu) + float(weight) * l2n(V)).astype(np.float32)
+
+
 def predict_proba(Q: np.ndarray, W: np.ndarray, logit_scale: float = DEFAULT_LOGIT_SCALE) -> np.ndarray:
     """(N, D) queries in text space x (C, D) class vectors -> (N, C) probabilities softmax(scale * cos)."""
     from alignment.pseudo import softmax

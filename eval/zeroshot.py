@@ -11,7 +11,9 @@ Modes:
 - ``ridge`` / ``random``: the least-squares reference and the random floor.
 
 Class vectors: the mean over the 80 ImageNet templates of each class's normalised prompt embeddings,
-renormalised; for ImageNet-100 the WordNet definitions can be added (``prompts="both"``).
+renormalised; for ImageNet-100 the WordNet definitions can be added (``prompts="both"``); for Tux Paint the
+train split's captions of each category (``prompts="captions"``: text only, test captions excluded;
+``captioner.zeroshot.described_by_captions``).
 """
 from __future__ import annotations
 
@@ -86,6 +88,8 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         raise CaptionerError(f"unknown zero-shot mode {mode!r}; choose one of {', '.join(MODES)}")
     if mode == "cluster" and prototypes:
         raise CaptionerError("prototypes need a rotation; cluster mode has none")
+    if prompts == "captions" and dataset != "tuxpaint":
+        raise CaptionerError("prompts='captions' needs a dataset whose train captions carry its labels: tuxpaint")
     t0 = time.time()
     ds, labels, names, definitions = zeroshot_set(dataset, root, split)
     labels = check_labels(labels)
@@ -99,7 +103,13 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
     y = np.array([index[label_of[xs.sample_ids[i]]] for i in keep])
     from captioner.assets import templates as load_templates
 
-    W = pipe.head(names, templates=load_templates("imagenet1k"), definitions=definitions, mode=prompts)
+    if prompts == "captions":
+        from captioner.zeroshot import described_by_captions
+
+        W = described_by_captions(pipe.head(names, templates=load_templates("imagenet1k")), labels,
+                                  pipe.train_set.samples, pipe.bank())
+    else:
+        W = pipe.head(names, templates=load_templates("imagenet1k"), definitions=definitions, mode=prompts)
     out = {"dataset": ds.name, "split": ds.split, "mode": mode, "prompts": prompts, "n_images": int(len(y)),
            "n_classes": len(labels), "n_skipped": int(xs.meta.get("n_skipped", 0)) + len(ds.skipped),
            "image_encoder": pipe.image_encoder, "text_encoder": pipe.text_encoder}

@@ -147,3 +147,38 @@ def test_cluster_mode_refuses_prototypes():
 
     with pytest.raises(CaptionerError, match="cluster mode has none"):
         evaluate_zeroshot(object(), "tuxpaint", "cluster", prototypes=True)
+
+
+def test_caption_described_classes_known_answer():
+    """``described_by_captions``: each class's prompt direction plus its train captions' mean direction, both
+    around the bank mean; captions missing from the bank (the excluded test captions) do not count, and a class
+    with no caption keeps its prompt direction."""
+    from types import SimpleNamespace as S
+
+    from captioner.bank import CaptionBank
+    from captioner.zeroshot import described_by_captions
+
+    rng = np.random.default_rng(0)
+    E = l2n(rng.standard_normal((4, 8))).astype(np.float32)
+    bank = CaptionBank(["a red car.", "a blue car.", "a cat.", "a kite."], E, {})
+    mu, Ec, _ = bank.centered()
+    W = l2n(rng.standard_normal((3, 8))).astype(np.float32)
+    samples = [S(label="car", captions=["A red car."]), S(label="car", captions=["a blue car", "a bus."]),
+               S(label="cat", captions=["a cat.", "a test caption the bank excludes."]), S(label="owl", captions=[])]
+    V = described_by_captions(W, ["car", "cat", "owl"], samples, bank, weight=1.0)
+    want_car = l2n(l2n(W[0] - mu) + l2n(Ec[0] + Ec[1]))
+    want_cat = l2n(l2n(W[1] - mu) + Ec[2])
+    assert np.allclose(V[0], want_car, atol=1e-5) and np.allclose(V[1], want_cat, atol=1e-5)
+    assert np.allclose(V[2], l2n(W[2] - mu), atol=1e-5)  # no caption: the prompt direction alone
+    # weight 0 is the prompts alone, around the bank mean
+    assert np.allclose(described_by_captions(W, ["car", "cat", "owl"], samples, bank, weight=0.0), l2n(W - mu),
+                       atol=1e-5)
+    with pytest.raises(CaptionerError, match="do not fit 2 labels"):
+        described_by_captions(W, ["car", "cat"], samples, bank)
+
+
+def test_caption_prompts_need_a_captioned_dataset():
+    from eval.zeroshot import evaluate_zeroshot
+
+    with pytest.raises(CaptionerError, match="needs a dataset whose train captions carry its labels"):
+        evaluate_zeroshot(object(), "imagenet100", "paired", root="/nonexistent", prompts="captions")

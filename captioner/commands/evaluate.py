@@ -188,8 +188,9 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
               default="paired", show_default=True,
               help="pairfree: the pair-free rotation; head: the classifier-head pseudo-pair rotation (no pairs); "
                    "cluster: k-means + QAP, no rotation (Blind Match).")
-@click.option("--prompts", type=click.Choice(["templates", "definitions", "both"]), default="templates",
-              show_default=True, help="definitions: WordNet glosses (ImageNet-100 only).")
+@click.option("--prompts", type=click.Choice(["templates", "definitions", "both", "captions"]), default="templates",
+              show_default=True, help="definitions: WordNet glosses (ImageNet-100 only); captions: the templates "
+              "plus the train split's captions of each category (Tux Paint; text only, no image read).")
 @click.option("--prototypes", is_flag=True, help="Add class prototypes in image space, found on the train "
               "split's images with no label or caption (captioner.zeroshot.PrototypeClassifier; the world's "
               "report scores both ways).")
