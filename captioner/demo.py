@@ -122,7 +122,8 @@ class DemoHandlers:
         if classifier is None and hasattr(pipeline, "caption_bank"):  # a real pipeline: the CLI's default too
             from captioner.photocaption import ClassifierCaptioner
 
-            classifier = ClassifierCaptioner(type(pipeline), self.default_pair[1], getattr(pipeline, "device", "cpu"))
+            classifier = ClassifierCaptioner(type(pipeline), self.default_pair[1], getattr(pipeline, "device", "cpu"),
+                                             progress=bool(getattr(pipeline, "progress", False)))
         self.classifier = classifier
         # captions.md: the classifier names the validation photos' subject most often; a fake has only rotations
         self.captioners = (["classifier"] if classifier is not None else []) + ["rotation"]

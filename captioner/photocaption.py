@@ -150,10 +150,12 @@ class ClassifierCaptioner:
     ``factory(image_encoder=, text_encoder=, device=, progress=, bank=)`` builds the pipeline (the demo passes
     its pipeline's class); ``bank`` as ``captioner caption --bank`` takes it."""
 
-    def __init__(self, factory, text_encoder: str = "minilm-l6", device: str = "cpu", bank: str = "default"):
+    def __init__(self, factory, text_encoder: str = "minilm-l6", device: str = "cpu", bank: str = "default",
+                 progress: bool = False):
         import threading
 
         self.factory, self.text_encoder, self.device, self.bank = factory, text_encoder, device, bank
+        self.progress = progress  # progress bars while the bank is embedded (a home `make eval` did not fill)
         self._pipe = None
         self._lock = threading.Lock()
 
@@ -162,7 +164,7 @@ class ClassifierCaptioner:
         with self._lock:
             if self._pipe is None:
                 self._pipe = self.factory(image_encoder=CLASSIFIER_ENCODER, text_encoder=self.text_encoder,
-                                          device=self.device, progress=False, bank=self.bank)
+                                          device=self.device, progress=self.progress, bank=self.bank)
             return self._pipe
 
     def warmup(self) -> None:

@@ -378,3 +378,19 @@ def test_classifier_captioner_builds_its_pipeline_once_with_the_default_bank():
         t.join()
     assert built == [{"image_encoder": CLASSIFIER_ENCODER, "text_encoder": "minilm-l3", "device": "cpu",
                       "progress": False, "bank": "default"}]
+
+
+def test_a_real_pipeline_gets_a_classifier_with_its_text_encoder_device_and_progress():
+    from captioner.photocaption import ClassifierCaptioner
+
+    class WithBank(FakePipeline):
+        progress = True
+
+        def caption_bank(self):
+            raise AssertionError("not built until a caption or the warm-up asks")
+
+    pipe = WithBank(text_encoder="fake-text", device="cpu")
+    h = DemoHandlers(pipe)
+    c = h.classifier
+    assert isinstance(c, ClassifierCaptioner) and h.captioners == ["classifier", "rotation"]
+    assert (c.factory, c.text_encoder, c.device, c.bank, c.progress) == (WithBank, "fake-text", "cpu", "default", True)
