@@ -191,6 +191,26 @@ def cupl_sentences(n: int = 6000, seed: int = 0, max_chars: int = 120) -> list[s
     return out[:n]
 
 
+# Words that begin with a vowel letter but a consonant sound, so keep "a": a European, a unicorn, a U-turn.
+_CONSONANT_SOUND = re.compile(r"(eu|ewe|uni|use|usu|uti|ure|uro|u-|one\b|once\b)", re.I)
+
+
+def fix_articles(text: str) -> str:
+    """"a" -> "an" before a word with a vowel sound, the slip of many CuPL sentences ("A espresso usually looks
+    like ..."); capitals kept, acronyms ("a USB cable") and consonant sounds ("a European") left alone.
+
+    >>> fix_articles("A espresso is a Italian drink in a European cup, a USB mug or a unicorn's.")
+    "An espresso is an Italian drink in a European cup, a USB mug or a unicorn's."
+    """
+    def fix(m):
+        word = m.group(2)
+        if word.isupper() or word[0].lower() not in "aeiou" or _CONSONANT_SOUND.match(word):
+            return m.group(0)
+        return ("An " if m.group(1) == "A" else "an ") + word
+
+    return re.sub(r"\b([Aa]) ([A-Za-z][\w'-]*)", fix, text)
+
+
 def classname_captions(label_set: str = "imagenet1k") -> list[str]:
     """Short captions of the kind Tux Paint has ("A koala."), one noun each, from a clip-benchmark label
     set: "A <name>." and "A photo of a <name>." for each class."""
@@ -325,9 +345,9 @@ def wordnet_gloss_captions() -> list[str]:
 def default_bank_parts(n_cupl: int = 2000) -> list:
     """The default bank's parts as CaptionDatasets, most important first (a limit keeps a prefix): the 1000
     ImageNet class names as "A <name>." / "A photo of a <name>.", Tux Paint, openclipart and GCompris train
-    captions, emoji names, the WordNet glosses of the ImageNet classes, and ``n_cupl`` CuPL sentences. The
-    class names, Tux Paint, emoji and CuPL parts are the decoder corpus's own datasets, so they share its
-    embedding cache. Missing optional parts (no emoji font, no openclipart) are left out."""
+    captions, emoji names, the WordNet glosses of the ImageNet classes, and ``n_cupl`` CuPL sentences (their
+    articles mended: :func:`fix_articles`). The class names, Tux Paint and emoji parts are the decoder corpus's
+    own datasets, so they share its embedding cache. Missing optional parts (no emoji font, no openclipart) are left out."""
     from captioner.datasets import get_dataset
 
     parts = [text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k"))]
@@ -338,7 +358,8 @@ def default_bank_parts(n_cupl: int = 2000) -> list:
             continue
     parts.append(text_dataset("wordnet-glosses", "imagenet1k", wordnet_gloss_captions()))
     if n_cupl > 0:
-        parts.append(text_dataset("cupl", f"sample{n_cupl}", cupl_sentences(n_cupl)))
+        # articles mended ("An espresso ..."): a dataset of its own, the decoder corpus keeps CuPL's text
+        parts.append(text_dataset("cupl-articles", f"sample{n_cupl}", [fix_articles(t) for t in cupl_sentences(n_cupl)]))
     return parts
 
 

@@ -76,3 +76,14 @@ def test_default_bank_is_read_from_one_cached_file_until_its_data_changes(tmp_pa
         f.write_bytes(b"damaged")  # a half-written or damaged file is ignored and rebuilt
     healed = bc.default_bank(enc, limit=2500, exclude=(), progress=False)
     assert healed.texts == other.texts and np.allclose(healed.E, other.E)
+
+
+def test_fix_articles_mends_cupl_slips_and_leaves_consonant_sounds():
+    from captioner.bank import fix_articles
+
+    assert fix_articles("A espresso usually looks like a small cup.") == "An espresso usually looks like a small cup."
+    assert fix_articles("a drawing of a American robin.") == "a drawing of an American robin."
+    assert fix_articles("An image of a isopod, a ugly one.") == "An image of an isopod, an ugly one."
+    for kept in ("a European garden spider", "a unicorn", "a U-shaped bend", "a USB cable", "a one-way street",
+                 "a uniform", "an hourglass", "a cat"):
+        assert fix_articles(kept) == kept
