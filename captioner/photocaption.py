@@ -168,12 +168,11 @@ class ClassifierCaptioner:
             return self._pipe
 
     def warmup(self) -> None:
-        """Load the encoder, the head and the bank now (the bank is embedded once, or read from the cache
-        that `make eval` fills), so that the first caption does not wait for them."""
-        pipe = self.pipeline()
-        with self._lock:
-            pipe.caption_bank()
-            cached_head(pipe.encoder("image"))
+        """Caption a blank image now, so that every lazy step (the encoder, its head, the class prompts, the
+        bank: embedded once, or read from the cache that `make eval` fills) is done before the first caption."""
+        from PIL import Image
+
+        self([Image.new("RGB", (32, 32), (255, 255, 255))], top_k=1)
 
     def __call__(self, images, top_k: int = 5) -> list[dict]:
         pipe = self.pipeline()

@@ -164,12 +164,11 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
         X = es.X
         cands, bounds = {}, {}
         for r in rotations:
+            Q = to_text_space(pipe.serving_rotation(r), X, pipe.bank().dim)  # every bank has the text encoder's dim
             for bname, bank in banks.items():
-                Q = to_text_space(pipe.serving_rotation(r), X, bank.dim)
                 idx, _ = retrieve(Q, bank, 1)
                 cands[f"{r} / {bname}"] = [bank.texts[i[0]] for i in idx]
             if decoder:  # the rotation's decoded caption, as `caption --rotation R` gives it
-                Q = to_text_space(pipe.serving_rotation(r), X, pipe.bank().dim)
                 cands[f"{r} / decoder"] = [o["caption"] for o in pipe.caption_queries(Q, 1, True, rotation=r)]
         for cpipe in (pipe, *extra_pipes):  # the classifier head of each image encoder compared
             tag = f" ({cpipe.image_encoder})"
