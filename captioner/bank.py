@@ -18,7 +18,7 @@ import numpy as np
 
 from captioner.encoders.base import l2n  # noqa: F401  (re-exported)
 from captioner.errors import CaptionerError
-from captioner.subject import article  # noqa: F401  (re-exported)
+from captioner.subject import article, vowel_sound  # noqa: F401  (article re-exported)
 
 
 def normalize_caption(s: str) -> str:
@@ -191,10 +191,6 @@ def cupl_sentences(n: int = 6000, seed: int = 0, max_chars: int = 120) -> list[s
     return out[:n]
 
 
-# Words that begin with a vowel letter but a consonant sound, so keep "a": a European, a unicorn, a U-turn.
-_CONSONANT_SOUND = re.compile(r"(eu|ewe|uni|use|usu|uti|ure|uro|u-|one\b|once\b)", re.I)
-
-
 def fix_articles(text: str) -> str:
     """"a" -> "an" before a word with a vowel sound, the slip of many CuPL sentences ("A espresso usually looks
     like ..."); capitals kept, acronyms ("a USB cable") and consonant sounds ("a European") left alone.
@@ -204,11 +200,43 @@ def fix_articles(text: str) -> str:
     """
     def fix(m):
         word = m.group(2)
-        if word.isupper() or word[0].lower() not in "aeiou" or _CONSONANT_SOUND.match(word):
+        if not vowel_sound(word):
             return m.group(0)
         return ("An " if m.group(1) == "A" else "an ") + word
 
     return re.sub(r"\b([Aa]) ([A-Za-z][\w'-]*)", fix, text)
+
+
+_BOILERPLATE = re.compile(r"https?:|www\.|public domain|creative ?commons|released into|licen[cs]e", re.I)
+_SERIAL = re.compile(r"(?:\s*#\s*\d+|\s+0\d+|(?:\s+|(?<=[a-z]))\d(?=\s*(?:,|$))|\s+(?:bw|3d))(?=\s|,|$)", re.I)
+
+
+def clean_title(text: str) -> str | None:
+    """A drawing's title as a bank line: underscores to spaces, serial numbers and file-name tags dropped
+    ("church building 01" -> "church building", "horse#2" / "Bus1" -> "horse" / "Bus", "glace_2_bw" -> "glace",
+    "Habanero Pepper 1, Simple" -> "Habanero Pepper, Simple"); counts before a noun kept ("2 dead frogs",
+    "45 rpm record"). None for licence boilerplate or a title with no letters left.
+
+    >>> [clean_title(t) for t in ("Dog 04 Drawn With Straight Lines", "recycling_box_3d", "See www.x.org")]
+    ['Dog Drawn With Straight Lines', 'recycling box', None]
+    """
+    if _BOILERPLATE.search(text):
+        return None
+    out = " ".join(text.replace("_", " ").split())
+    for _ in range(3):  # "glace 2 bw": the tag, then the number before it
+        out = _SERIAL.sub("", out).strip(" ,#")
+    return out if re.search(r"[A-Za-z]{2}", out) else None
+
+
+def clean_titles(texts) -> list[str]:
+    """:func:`clean_title` of each text, Nones and repeats (case-insensitive) left out, order kept."""
+    seen, out = set(), []
+    for t in texts:
+        c = clean_title(t)
+        if c is not None and c.lower() not in seen:
+            seen.add(c.lower())
+            out.append(c)
+    return out
 
 
 def classname_captions(label_set: str = "imagenet1k") -> list[str]:
@@ -345,17 +373,19 @@ def wordnet_gloss_captions() -> list[str]:
 def default_bank_parts(n_cupl: int = 2000) -> list:
     """The default bank's parts as CaptionDatasets, most important first (a limit keeps a prefix): the 1000
     ImageNet class names as "A <name>." / "A photo of a <name>.", Tux Paint, openclipart and GCompris train
-    captions, emoji names, the WordNet glosses of the ImageNet classes, and ``n_cupl`` CuPL sentences (their
-    articles mended: :func:`fix_articles`). The class names, Tux Paint and emoji parts are the decoder corpus's
+    captions (the drawings' titles cleaned: :func:`clean_titles`), emoji names, the WordNet glosses of the ImageNet
+    classes, and ``n_cupl`` CuPL sentences (their articles mended: :func:`fix_articles`). The class names, Tux Paint and emoji parts are the decoder corpus's
     own datasets, so they share its embedding cache. Missing optional parts (no emoji font, no openclipart) are left out."""
     from captioner.datasets import get_dataset
 
     parts = [text_dataset("classnames", "imagenet1k", classname_captions("imagenet1k"))]
     for ds, split in (("tuxpaint", "train"), ("openclipart", "train"), ("gcompris", "train"), ("emoji", "all")):
         try:
-            parts.append(get_dataset(ds, split=split))
+            d = get_dataset(ds, split=split)
         except CaptionerError:
             continue
+        # drawings' titles as bank lines: serial numbers, file-name tags and licence text out (clean_title)
+        parts.append(text_dataset("openclipart-titles", split, clean_titles(d.captions())) if ds == "openclipart" else d)
     parts.append(text_dataset("wordnet-glosses", "imagenet1k", wordnet_gloss_captions()))
     if n_cupl > 0:
         # articles mended ("An espresso ..."): a dataset of its own, the decoder corpus keeps CuPL's text

@@ -60,7 +60,7 @@ def drop_prompt_template(caption: str) -> str:
         det = m.group(2).lower()
         return f"{article(m.group(3)) if det in ('a', 'an') else m.group(2)} {m.group(3)}"
 
-    return re.sub(r"^(a|an) photo of (a|an|the) (\w)", keep, caption, flags=re.IGNORECASE)
+    return re.sub(r"^(a|an) photo of (a|an|the) (\w[\w'-]*)", keep, caption, flags=re.IGNORECASE)
 
 
 class DecoderParts:

@@ -49,9 +49,20 @@ vertebrate craniate chordate invertebrate mammal mammalian placental eutherian
 PREPOSITIONS = frozenset("of on in with at from under over near by for into onto inside behind beside".split())
 
 
+# Words that begin with a vowel letter but a consonant sound, so they take "a": a European, a unicycle, a U-turn,
+# a one-piece.
+_CONSONANT_SOUND = re.compile(r"(eu|ewe|uni|use|usu|uti|ure|uro|u-|one\b|once\b)", re.I)
+
+
+def vowel_sound(word: str) -> bool:
+    """Whether ``word`` starts with a vowel sound, as far as its spelling tells: a vowel letter, less the
+    consonant sounds of ``_CONSONANT_SOUND`` ("European", "unicycle") and acronyms ("USB")."""
+    return bool(word) and word[0].lower() in "aeiou" and not word.isupper() and not _CONSONANT_SOUND.match(word)
+
+
 def article(noun: str) -> str:
-    """"a" or "an" before ``noun`` (by its first letter)."""
-    return "an" if noun[:1].lower() in "aeiou" else "a"
+    """"a" or "an" before ``noun``, by the sound of its first word ("an espresso", "a European polecat")."""
+    return "an" if vowel_sound(noun.split(" ", 1)[0]) else "a"
 
 
 def _wn_file(name: str) -> Path:

@@ -57,7 +57,7 @@ def test_default_bank_is_read_from_one_cached_file_until_its_data_changes(tmp_pa
     first = bc.default_bank(enc, limit=2500, exclude=["A tench."], progress=False)
     ref = build_bank(enc, bank_sets("default", limit=2500), exclude=["A tench."], progress=False)
     assert first.texts == ref.texts and np.allclose(first.E, ref.E) and first.dropped == ["A tench."]
-    assert "A tench." not in first.texts and len(first) == 2384  # 2,500 less duplicates and the excluded one
+    assert "A tench." not in first.texts and len(first) == 2409  # 2,500 less duplicates and the excluded one
     calls = enc.calls
     again = bc.default_bank(enc, limit=2500, exclude=["A tench."], progress=False)
     assert enc.calls == calls  # nothing encoded, nothing merged: one file read
@@ -87,3 +87,31 @@ def test_fix_articles_mends_cupl_slips_and_leaves_consonant_sounds():
     for kept in ("a European garden spider", "a unicorn", "a U-shaped bend", "a USB cable", "a one-way street",
                  "a uniform", "an hourglass", "a cat"):
         assert fix_articles(kept) == kept
+
+
+def test_article_follows_the_sound_so_class_name_captions_read_right():
+    from captioner.bank import classname_captions
+    from captioner.photocaption import name_caption
+    from captioner.subject import article
+
+    assert [article(n) for n in ("espresso", "Egyptian Mau", "European polecat", "unicycle",
+                                 "one-piece bathing suit", "umbrella", "USB flash drive", "cat")] == [
+        "an", "an", "a", "a", "a", "an", "a", "a"]
+    assert name_caption("unicycle") == "A photo of a unicycle."
+    assert name_caption("orange") == "A photo of an orange."
+    caps = set(classname_captions("imagenet1k"))
+    assert {"A European polecat.", "A photo of a unicycle.", "An espresso."} <= caps
+    assert not any(c.startswith(("An European", "A photo of an European", "An unicycle")) for c in caps)
+
+
+def test_clean_titles_drop_serials_tags_and_licence_text_but_keep_counts_and_models():
+    from captioner.bank import clean_title, clean_titles
+
+    assert [clean_title(t) for t in ("church building 01", "horse#2", "Bus1", "mailbox 3", "recycling_box_3d",
+                                     "glace_2_bw", "Habanero Pepper 1, Simple")] == [
+        "church building", "horse", "Bus", "mailbox", "recycling box", "glace", "Habanero Pepper, Simple"]
+    for kept in ("2 dead frogs", "45 rpm record", "Boeing 747", "Ice Cream Cone (1 Scoop)", "Tiger"):
+        assert clean_title(kept) == kept
+    assert clean_title("This work is hereby released into the Public Domain.") is None
+    assert clean_title("_3_") is None
+    assert clean_titles(["paper 2", "paper 3", "Paper", "see http://x.org", "Tiger"]) == ["paper", "Tiger"]

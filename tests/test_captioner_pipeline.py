@@ -273,5 +273,7 @@ def test_decoder_input_per_rotation_and_the_prompt_template_dropped(fakes):
     assert drop_prompt_template("A photo of an apple.") == "an apple."
     assert drop_prompt_template("a photo of the moon.") == "the moon."
     assert drop_prompt_template("a photo of an coffeemaker.") == "a coffeemaker."   # the article follows the noun
+    assert drop_prompt_template("A photo of an European polecat.") == "a European polecat."
+    assert drop_prompt_template("a photo of a Egyptian cat.") == "an Egyptian cat."
     for same in ("a bird.", "a photograph of a cat.", "this is a photo of a cat.", "a photo of.", ""):
         assert drop_prompt_template(same) == same
