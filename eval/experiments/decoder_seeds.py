@@ -1,12 +1,13 @@
 """How much do the decoder's Tux Paint CIDEr figures depend on its training seed? The text-only decoder
 (preset small) is trained once per ``--seeds`` value on the same corpus, and each rotation's decoded captions
-of the test split are scored; the retrieval captions of the same rotations (no decoder, no seed) are the
+of the split are scored; the retrieval captions of the same rotations (no decoder, no seed) are the
 reference.
 
-    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--steps N] [--json] [--out FILE]
+    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--json] [--out FILE]
 
-Test only: the decoder corpus holds the Tux Paint val captions (``captioner.bank.decoder_corpus``), so a val
-score would read its own references.
+The pipeline's decoder corpus holds the Tux Paint val captions (``captioner.bank.decoder_corpus``): with
+``--split val`` every decoder is trained without them (as the test captions always are), so that val can
+choose a training recipe (``--steps``) that test then measures once.
 
 Seed 0 is the pipeline's default decoder (``captioner.decoder.TrainConfig.seed``), the one every other
 decoder figure in the docs uses; each other seed trains a decoder of its own into the checkpoint cache
@@ -25,14 +26,15 @@ from eval.experiments import emit, run_or_exit, seed_list
 ROTATIONS = ("paired", "head")
 
 
-def run(seeds=(0, 1, 2), steps: int | None = None, progress: bool = True) -> dict:
+def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress: bool = True) -> dict:
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
     from eval.coco import predict, references, score_captions
 
     t0 = time.time()
-    ds = get_dataset("tuxpaint", "test")
+    ds = get_dataset("tuxpaint", split)
     refs = references(ds)
+    held = get_dataset("tuxpaint", "test").captions() + (ds.captions() if split != "test" else [])
 
     def cider(pipe, rot, captioner):
         preds = predict(pipe, ds, rot, captioner)
@@ -42,13 +44,13 @@ def run(seeds=(0, 1, 2), steps: int | None = None, progress: bool = True) -> dic
     retrieval = None
     for seed in seeds:
         over = {k: v for k, v in (("seed", seed), ("steps", steps)) if v}  # seed 0 / no steps: the default key
-        pipe = Pipeline(progress=progress, decoder_overrides=over)
+        pipe = Pipeline(progress=progress, decoder_overrides=over, exclude=held)
         if retrieval is None:
             retrieval = {rot: cider(pipe, rot, "retrieval") for rot in ROTATIONS}
         if progress:
             print(f"[decoder_seeds] decoder seed {seed}", file=sys.stderr, flush=True)
         rows.append({"seed": seed, **{rot: cider(pipe, rot, "decoder") for rot in ROTATIONS}})
-    return {"dataset": "tuxpaint/test", "n_images": len(ds), "steps": steps or "preset", "seeds": list(seeds),
+    return {"dataset": f"tuxpaint/{split}", "n_images": len(ds), "steps": steps or "preset", "seeds": list(seeds),
             "retrieval": retrieval, "decoder": rows, "summary": summarise(rows), "seconds": round(time.time() - t0, 1)}
 
 
@@ -80,13 +82,14 @@ def table(res: dict) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="decoder training seeds, e.g. 0,1,2")
+    ap.add_argument("--split", default="test", choices=("test", "val"))
     ap.add_argument("--steps", type=int, default=None, help="training steps instead of the preset's")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     if a.steps is not None and a.steps < 1:
         ap.error("--steps must be at least 1")
-    res = run_or_exit(ap, run, a.seeds, a.steps)
+    res = run_or_exit(ap, run, a.seeds, a.split, a.steps)
     emit(res, a.out, a.json, table(res))
 
 
