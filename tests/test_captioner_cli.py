@@ -251,6 +251,10 @@ def test_the_classifier_captioner_uses_lite1_unless_an_image_encoder_is_named(im
     assert invoke("caption", paths[0], "--text-encoder", "fake-text", "-q").stdout.endswith("a thing.\n")
     invoke("caption", paths[0], "--image-encoder", "efficientnet-lite0", "--text-encoder", "fake-text", "-q")
     assert seen == ["efficientnet-lite1", "efficientnet-lite0"]
+    monkeypatch.setattr(pc, "classifier_captions", lambda pipe, ims, top_k=5: [
+        {"caption": "A photo of a thing.", "class_prob": 0.1073, "retrieved": []} for _ in ims])
+    out = invoke("caption", paths[0], "--text-encoder", "fake-text", "-q").stdout
+    assert out.endswith(": A photo of a thing.  (class probability 0.11)\n")  # how sure the head is, in the text
     from captioner import pipeline
 
     monkeypatch.setattr(pipeline, "_DEFAULTS", {})

@@ -167,7 +167,8 @@ def _print_captions(ok, res, bad, captioner, rotation, bank, as_json):
                               indent=2))
     else:
         for r in rows:
-            click.echo(f"{r['image']}: {r['caption']}")
+            sure = f"  (class probability {r['class_prob']:.2f})" if "class_prob" in r else ""  # classifier
+            click.echo(f"{r['image']}: {r['caption']}{sure}")
             for j, c in enumerate(r["retrieved"], 1):
                 click.echo(f"  {j}. {c['score']:+.3f}  {c['caption']}")
     _done(bad)
