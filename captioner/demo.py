@@ -50,6 +50,7 @@ from captioner.demo_inputs import (  # noqa: E402,F401  (re-exported: the demo's
 )
 from captioner.errors import CaptionerError  # noqa: E402
 from captioner.lru import LRU  # noqa: E402
+from captioner.photocaption import shown_caption  # noqa: E402
 
 log = logging.getLogger(__name__)
 
@@ -200,7 +201,7 @@ class DemoHandlers:
                     out = pipe.caption([im], top_k=k, rotation=rotation, decode=bool(decode))[0]
             rows = [[i + 1, r["caption"], round(float(r["score"]), 4)] for i, r in enumerate(out["retrieved"])]
             timings = {"image_decode": decode_ms, **out.get("timings_ms", {})}
-            return out["caption"], rows, _fmt_ms(timings), ""
+            return shown_caption(out), rows, _fmt_ms(timings), ""
         except Exception as e:  # noqa: BLE001 - the page gets one line, the log the traceback
             return "", [], "", _status(e)
 

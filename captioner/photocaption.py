@@ -31,6 +31,13 @@ def name_caption(name: str) -> str:
     return f"A photo of {article(name)} {name}."
 
 
+def shown_caption(result: dict) -> str:
+    """A caption as the CLI and the demo show it: the classifier captioner's with how sure its head is
+    ("A photo of a football helmet.  (class probability 0.11)"), any other as it is."""
+    p = result.get("class_prob")
+    return result["caption"] if p is None else f"{result['caption']}  (class probability {p:.2f})"
+
+
 def classifier_queries(pipe, X: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
     """(class queries (N, D_txt), class names, probabilities (N, C)) from the image encoder's classifier head.
 

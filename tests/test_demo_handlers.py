@@ -334,7 +334,7 @@ class _FakeClassifier:
         for im in images:
             rgb = np.asarray(im.convert("RGB")).reshape(-1, 3).mean(0)
             name = "fire truck" if rgb[0] > 128 else "frog"
-            out.append({"caption": f"A photo of a {name}.", "retrieved": [
+            out.append({"caption": f"A photo of a {name}.", "class_prob": 0.734, "retrieved": [
                 {"caption": f"A {name}.", "score": 0.9}, {"caption": "A photo of a cup.", "score": 0.2}][:top_k],
                 "timings_ms": {"encode": 3.0, "rotate_retrieve": 0.25, "decode": 0.0, "per": "image (batch average)"}})
         return out
@@ -347,7 +347,8 @@ def test_the_caption_tab_offers_the_classifier_first_when_there_is_one(pipe, tmp
     assert h.captioners == ["classifier", "rotation"] and h.default_captioner == "classifier"
     cap, rows, timings, status = h.caption(solid(tmp_path / "red.png", (255, 0, 0)), "paired", top_k=1,
                                            captioner="classifier")
-    assert status == "" and cap == "A photo of a fire truck." and rows == [[1, "A fire truck.", 0.9]]
+    assert status == "" and cap == "A photo of a fire truck.  (class probability 0.73)"  # as the CLI shows it
+    assert rows == [[1, "A fire truck.", 0.9]]
     assert clf.calls == [1] and pipe.calls["caption"] == 0  # the rotation pipeline is not touched
     assert "encode 3.0 ms" in timings and "per" not in timings and "caption decoding" not in timings
     # the rotation captioner is still there, and an unknown one is one line

@@ -159,6 +159,8 @@ def _caption_world(images, rotation, rotation_file, top_k, as_json, quiet, seed,
 
 
 def _print_captions(ok, res, bad, captioner, rotation, bank, as_json):
+    from captioner.photocaption import shown_caption
+
     rows = [{"image": p, **r} for p, r in zip(ok, res)]
     if as_json:
         click.echo(json.dumps({"captioner": captioner, "rotation": rotation,
@@ -167,8 +169,7 @@ def _print_captions(ok, res, bad, captioner, rotation, bank, as_json):
                               indent=2))
     else:
         for r in rows:
-            sure = f"  (class probability {r['class_prob']:.2f})" if "class_prob" in r else ""  # classifier
-            click.echo(f"{r['image']}: {r['caption']}{sure}")
+            click.echo(f"{r['image']}: {shown_caption(r)}")
             for j, c in enumerate(r["retrieved"], 1):
                 click.echo(f"  {j}. {c['score']:+.3f}  {c['caption']}")
     _done(bad)
