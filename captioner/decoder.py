@@ -58,6 +58,7 @@ class TrainConfig:
     noise_min: float = 0.0
     seed: int = 0
     save_every: int = 250
+    ema: float = 0.0  # > 0: serve an exponential moving average of the weights with this decay (0: the last ones)
 
 
 # Presets: "tiny" for tests (seconds), "small" trains on first use of the Pipeline (a few minutes on 2
@@ -412,7 +413,7 @@ def load_decoder(path: str | Path, text_encoder: dict | None = None, device: str
                              f"{state['train_config']['steps']}; resume it (run the same command again)")
     cfg = DecoderConfig(**state["model_config"])
     model = _build_model(cfg)
-    model.load_state_dict(state["model"])
+    model.load_state_dict(state.get("ema") or state["model"])  # the averaged weights when trained with them
     return Decoder(model.to(device), cfg, Vocab(state["vocab"]), fp,
                    meta={k: state[k] for k in ("step", "losses", "corpus", "train_config", "seconds")},
                    device=device)

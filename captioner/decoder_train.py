@@ -72,12 +72,13 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     step, losses, seconds = 0, [], 0.0
     if state is not None:
         step, losses, seconds = state["step"], list(state["losses"]), float(state.get("seconds", 0.0))
+    ema = _ema_start(model, tcfg, state)
 
     def checkpoint(complete: bool):
         _save(path, {
             "format": CHECKPOINT_FORMAT, "model_config": asdict(mcfg), "train_config": asdict(tcfg),
             "vocab": vocab.bert_ids, "text_encoder": dict(text_encoder),
-            "corpus": {"n": len(texts), "hash": chash}, "model": model.state_dict(),
+            "corpus": {"n": len(texts), "hash": chash}, "model": model.state_dict(), "ema": ema,
             "optimizer": opt.state_dict(), "step": step, "losses": losses, "complete": complete,
             "seconds": seconds, "saved": time.strftime("%Y-%m-%dT%H:%M:%S"),
         })
@@ -90,6 +91,8 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     while step < last:
         loss = _step(model, opt, emb, tokens, tcfg, step, device)
         step += 1
+        if ema is not None:
+            _ema_update(ema, model, tcfg.ema, step)
         losses.append(round(loss, 5))
         bar.update(1)
         if step % 25 == 0:
@@ -101,6 +104,8 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     bar.close()
     seconds += time.time() - t0
     checkpoint(step >= tcfg.steps)
+    if ema is not None:
+        model.load_state_dict(ema)  # serve the averaged weights, as load_decoder does
     model.eval()
     return Decoder(model, mcfg, vocab, dict(text_encoder),
                    meta={"step": step, "losses": losses, "corpus": {"n": len(texts), "hash": chash},
@@ -138,8 +143,9 @@ def _resumable(path: Path, text_encoder: dict, mcfg: DecoderConfig, tcfg: TrainC
                                  f"{state['text_encoder'].get('name')!r}, not {text_encoder.get('name')!r}; "
                                  "use another path or force=True")
     want = {**asdict(mcfg), "vocab_size": state["model_config"]["vocab_size"]}
+    saved = {**asdict(TrainConfig()), **state["train_config"]}  # settings added since: their defaults
     if state["corpus"]["hash"] != chash or state["model_config"] != want \
-            or {k: v for k, v in state["train_config"].items() if k != "steps"} != \
+            or {k: v for k, v in saved.items() if k != "steps"} != \
             {k: v for k, v in asdict(tcfg).items() if k != "steps"}:
         raise CacheMismatchError(f"{path}: checkpoint made with another corpus or config; "
                                  "use another path or force=True to retrain")
@@ -161,6 +167,29 @@ def _model_and_optimizer(mcfg: DecoderConfig, tcfg: TrainConfig, state: dict | N
         model.load_state_dict(state["model"])
         opt.load_state_dict(state["optimizer"])
     return model, opt
+
+
+def _ema_start(model, tcfg: TrainConfig, state: dict | None):
+    """The moving average of the weights (a state dict of copies), restored when resuming; None without ema."""
+    if not tcfg.ema:
+        return None
+    if state is not None and state.get("ema"):
+        return {k: v.clone() for k, v in state["ema"].items()}
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def _ema_update(ema: dict, model, decay: float, step: int) -> None:
+    """ema <- d ema + (1 - d) weights, with d = min(decay, (1 + step) / (10 + step)) so that the first steps'
+    weights do not dominate; integer buffers are copied."""
+    import torch
+
+    d = min(decay, (1 + step) / (10 + step))
+    with torch.no_grad():
+        for k, v in model.state_dict().items():
+            if v.is_floating_point():
+                ema[k].mul_(d).add_(v.detach(), alpha=1 - d)
+            else:
+                ema[k].copy_(v)
 
 
 def _lr_at(tcfg: TrainConfig, s: int) -> float:

@@ -25,7 +25,8 @@ def decoder_cache_key(text_fingerprint: dict, preset_name: str, overrides: dict 
     from captioner.decoder import corpus_hash, preset
 
     mcfg, tcfg = preset(preset_name, **dict(overrides or {}))
-    train = {k: v for k, v in asdict(tcfg).items() if k != "save_every"}
+    # ema off (0) is left out too, so the keys of decoders trained before the setting existed stay the same
+    train = {k: v for k, v in asdict(tcfg).items() if k != "save_every" and not (k == "ema" and not v)}
     return short_hash({"txt": dict(text_fingerprint), "preset": preset_name, "model": asdict(mcfg), "train": train,
                   "corpus": corpus_hash(list(texts), E), "n": len(texts), "vocab_priority": int(vocab_priority)})
 

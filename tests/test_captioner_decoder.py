@@ -93,3 +93,35 @@ def test_detokenize_joins_word_pieces_as_english():
     assert detokenize("a hair clip \u2019 s wing.") == "a hair clip\u2019s wing."
     assert detokenize("it ' s a ( big ) dog , well - known .") == "it's a (big) dog, well-known."
     assert detokenize("3. 5 km and 3 , 000 \" x \"") == '3.5 km and 3,000 "x"'
+
+
+def test_ema_weights_are_served_saved_and_resumed(tmp_path, monkeypatch):
+    """With ``ema`` the decoder serves a moving average of its weights, load_decoder reads the same average back,
+    a resumed run ends on the same average as an uninterrupted one, and a checkpoint saved before the setting
+    existed (no "ema" in its train config) is still taken as trained without it."""
+    import torch
+
+    texts, E = corpus()
+    m, t = preset("tiny", steps=30, save_every=10, ema=0.9)
+    full = train_decoder(texts, E, FP, tmp_path / "full.pt", m, t, progress=False)
+    state = torch.load(tmp_path / "full.pt", weights_only=False)
+    last, avg = state["model"], state["ema"]
+    served = full.model.state_dict()
+    assert all(torch.equal(served[k], avg[k]) for k in avg)
+    assert any(not torch.equal(last[k], avg[k]) for k in avg if last[k].is_floating_point())
+    again = load_decoder(tmp_path / "full.pt", text_encoder=FP)
+    assert all(torch.equal(again.model.state_dict()[k], avg[k]) for k in avg)
+    train_decoder(texts, E, FP, tmp_path / "part.pt", m, t, progress=False, stop_after=10)
+    resumed = train_decoder(texts, E, FP, tmp_path / "part.pt", m, t, progress=False)
+    assert all(torch.allclose(resumed.model.state_dict()[k], avg[k]) for k in avg)
+
+    m0, t0 = preset("tiny", steps=10, save_every=10)
+    train_decoder(texts, E, FP, tmp_path / "old.pt", m0, t0, progress=False)
+    old = torch.load(tmp_path / "old.pt", weights_only=False)
+    assert old["ema"] is None
+    old["train_config"].pop("ema")  # as written before the setting existed
+    torch.save(old, tmp_path / "old.pt")
+    import captioner.decoder_train as dt
+
+    monkeypatch.setattr(dt, "_step", lambda *a, **k: pytest.fail("a complete old checkpoint was retrained"))
+    assert train_decoder(texts, E, FP, tmp_path / "old.pt", m0, t0, progress=False).meta["step"] == 10

@@ -3,7 +3,7 @@
 of the split are scored; the retrieval captions of the same rotations (no decoder, no seed) are the
 reference.
 
-    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--json] [--out FILE]
+    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--ema DECAY] [--json] [--out FILE]
 
 The pipeline's decoder corpus holds the Tux Paint val captions (``captioner.bank.decoder_corpus``): with
 ``--split val`` every decoder is trained without them (as the test captions always are), so that val can
@@ -26,7 +26,8 @@ from eval.experiments import emit, run_or_exit, seed_list
 ROTATIONS = ("paired", "head")
 
 
-def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress: bool = True) -> dict:
+def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress: bool = True,
+        ema: float = 0.0) -> dict:
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
     from eval.coco import predict, references, score_captions
@@ -43,14 +44,14 @@ def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress
     rows = []
     retrieval = None
     for seed in seeds:
-        over = {k: v for k, v in (("seed", seed), ("steps", steps)) if v}  # seed 0 / no steps: the default key
+        over = {k: v for k, v in (("seed", seed), ("steps", steps), ("ema", ema)) if v}  # 0 / None: the default
         pipe = Pipeline(progress=progress, decoder_overrides=over, exclude=held)
         if retrieval is None:
             retrieval = {rot: cider(pipe, rot, "retrieval") for rot in ROTATIONS}
         if progress:
             print(f"[decoder_seeds] decoder seed {seed}", file=sys.stderr, flush=True)
         rows.append({"seed": seed, **{rot: cider(pipe, rot, "decoder") for rot in ROTATIONS}})
-    return {"dataset": f"tuxpaint/{split}", "n_images": len(ds), "steps": steps or "preset", "seeds": list(seeds),
+    return {"dataset": f"tuxpaint/{split}", "n_images": len(ds), "steps": steps or "preset", "ema": ema, "seeds": list(seeds),
             "retrieval": retrieval, "decoder": rows, "summary": summarise(rows), "seconds": round(time.time() - t0, 1)}
 
 
@@ -65,7 +66,7 @@ def summarise(rows: list[dict]) -> dict:
 def table(res: dict) -> str:
     r = res["retrieval"]
     lines = [f"Decoder CIDEr x100 by training seed, {res['dataset']} ({res['n_images']} images), "
-             f"steps: {res['steps']}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", "",
+             f"steps: {res['steps']}, ema: {res.get('ema') or 'off'}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", "",
              "| decoder seed | paired | head (no pair) | head / paired decoder | head / paired retrieval |",
              "|---|---|---|---|---|"]
     for row in res["decoder"]:
@@ -84,12 +85,13 @@ def main(argv=None):
     ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="decoder training seeds, e.g. 0,1,2")
     ap.add_argument("--split", default="test", choices=("test", "val"))
     ap.add_argument("--steps", type=int, default=None, help="training steps instead of the preset's")
+    ap.add_argument("--ema", type=float, default=0.0, help="train with a moving average of the weights (decay)")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     if a.steps is not None and a.steps < 1:
         ap.error("--steps must be at least 1")
-    res = run_or_exit(ap, run, a.seeds, a.split, a.steps)
+    res = run_or_exit(ap, run, a.seeds, a.split, a.steps, ema=a.ema)
     emit(res, a.out, a.json, table(res))
 
 
