@@ -4,7 +4,7 @@ geometric matcher; ``head``: classifier-head pseudo-pairs) and ``--seeds`` rando
 standard deviation give each rotation a z-score against the floor.
 
     python -m eval.experiments.pairfree_margin [--seeds 10] [--captioner retrieval|decoder] [--prompts captions]
-        [--json] [--out FILE]
+        [--split test|val] [--json] [--out FILE]
 
 CIDEr is pycocoevalcap's (0-10; x100 in the table). The retrieval captioner by default; ``--captioner
 decoder`` captions with the pipeline's text-only decoder (trained on first use), reading each rotation's
@@ -25,7 +25,7 @@ ROTATIONS = ("paired", "head", "pairfree")
 
 
 def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6",
-        progress: bool = True, captioner: str = "retrieval", prompts: str = "templates") -> dict:
+        progress: bool = True, captioner: str = "retrieval", prompts: str = "templates", split: str = "test") -> dict:
     from alignment.procrustes import fit_random
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
@@ -37,15 +37,17 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
             print(f"[pairfree_margin] {msg}", file=sys.stderr, flush=True)
 
     t0 = time.time()
-    pipe = Pipeline(image_encoder, text_encoder, progress=progress)
-    test = get_dataset("tuxpaint", "test")
+    test = get_dataset("tuxpaint", split)
+    # on val, the val captions leave the decoder corpus as the test captions always do (the bank holds neither)
+    held = get_dataset("tuxpaint", "test").captions() + (test.captions() if split != "test" else [])
+    pipe = Pipeline(image_encoder, text_encoder, progress=progress, exclude=held)
     refs = references(test)
 
     def measure(rot: str) -> dict:
         preds = predict(pipe, test, rot, captioner)
         m = score_captions(preds, {k: refs[k] for k in preds}, meteor=False, spice="off")
-        z = evaluate_zeroshot(pipe, "tuxpaint", rot, prompts=prompts)
-        zp = evaluate_zeroshot(pipe, "tuxpaint", rot, prompts=prompts, prototypes=True)
+        z = evaluate_zeroshot(pipe, "tuxpaint", rot, split=split, prompts=prompts)
+        zp = evaluate_zeroshot(pipe, "tuxpaint", rot, split=split, prompts=prompts, prototypes=True)
         return {"CIDEr": float(m["CIDEr"]), "BLEU-1": float(m.get("BLEU-1", np.nan)),
                 "top1": float(z["top1"]), "top5": float(z["top5"]),
                 "top1_proto": float(zp["top1"]), "top5_proto": float(zp["top5"])}
@@ -67,7 +69,7 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
         r["z_vs_random"] = {k: (r[k] - floor[k]["mean"]) / floor[k]["sd"] if floor[k]["sd"] > 0 else float("inf")
                             for k in floor}
         r["x_random"] = {k: r[k] / floor[k]["mean"] if floor[k]["mean"] > 0 else float("inf") for k in floor}
-    return {"dataset": "tuxpaint/test", "n_images": len(test), "image_encoder": image_encoder,
+    return {"dataset": f"tuxpaint/{split}", "n_images": len(test), "image_encoder": image_encoder,
             "text_encoder": text_encoder, "captioner": captioner, "prompts": prompts, "random_seeds": seeds,
             "rotations": rows, "random": floor, "random_runs": rand, "seconds": round(time.time() - t0, 1),
             "scales": "CIDEr on pycocoevalcap's 0-10 scale (x100 in the table); top-1/top-5 as fractions"}
@@ -75,7 +77,7 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
 
 def table(res: dict) -> str:
     f = res["random"]
-    lines = [f"Tux Paint test ({res['n_images']} images), {res['captioner']} captioner, {res['image_encoder']} -> "
+    lines = [f"Tux Paint {res['dataset'].split('/')[-1]} ({res['n_images']} images), {res['captioner']} captioner, {res['image_encoder']} -> "
              f"{res['text_encoder']}; zero-shot classes: {res.get('prompts', 'templates')}; random floor: mean ± sd over "
              f"{res['random_seeds']} seeds",
              "", "| rotation | pairs used | CIDEr (x100) | z vs random | x random | zero-shot top-1 % | top-5 % | "
@@ -108,12 +110,14 @@ def main(argv=None):
     ap.add_argument("--captioner", default="retrieval", choices=("retrieval", "decoder"))
     ap.add_argument("--prompts", default="templates", choices=("templates", "captions"),
                     help="zero-shot classes: the 80 templates, or also the train captions of each category")
+    ap.add_argument("--split", default="test", choices=("test", "val"),
+                    help="val to choose between settings (its captions then leave the decoder corpus too)")
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     ap.add_argument("--out", default=None, help="also write the JSON here")
     a = ap.parse_args(argv)
     if a.seeds < 2:
         ap.error("--seeds must be at least 2 (the floor's spread)")
-    res = run(a.seeds, a.image_encoder, a.text_encoder, captioner=a.captioner, prompts=a.prompts)
+    res = run(a.seeds, a.image_encoder, a.text_encoder, captioner=a.captioner, prompts=a.prompts, split=a.split)
     emit(res, a.out, a.json, table(res))
 
 
