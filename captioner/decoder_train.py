@@ -89,11 +89,8 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     t0 = time.time()
     last = tcfg.steps if stop_after is None else min(tcfg.steps, stop_after)
     while step < last:
-        loss = _step(model, opt, emb, tokens, tcfg, step, device)
+        losses.append(round(_step(model, opt, emb, tokens, tcfg, step, device, ema), 5))
         step += 1
-        if ema is not None:
-            _ema_update(ema, model, tcfg.ema, step)
-        losses.append(round(loss, 5))
         bar.update(1)
         if step % 25 == 0:
             bar.set_postfix(loss=f"{np.mean(losses[-25:]):.3f}")
@@ -200,8 +197,9 @@ def _lr_at(tcfg: TrainConfig, s: int) -> float:
     return tcfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, p))))
 
 
-def _step(model, opt, emb, tokens, tcfg: TrainConfig, step: int, device) -> float:
-    """One optimizer step on a batch drawn for ``step``; returns the loss."""
+def _step(model, opt, emb, tokens, tcfg: TrainConfig, step: int, device, ema: dict | None = None) -> float:
+    """One optimizer step on a batch drawn for ``step`` (and the weights' moving average ``ema`` moved after
+    it, when kept); returns the loss."""
     import torch
     import torch.nn.functional as F
 
@@ -225,4 +223,6 @@ def _step(model, opt, emb, tokens, tcfg: TrainConfig, step: int, device) -> floa
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     opt.step()
+    if ema is not None:
+        _ema_update(ema, model, tcfg.ema, step + 1)
     return loss.item()

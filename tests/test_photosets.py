@@ -187,7 +187,8 @@ def test_the_demo_captions_with_the_classifier_on_the_real_encoders(tmp_path):
     h.classifier = ClassifierCaptioner(Pipeline, "minilm-l6", bank=str(bank))
     h.classifier.warmup()  # a blank image through the whole path: builds the pipeline once
     cap, rows, timings, status = h.caption(photos["coffee"], top_k=2, captioner="classifier")
-    assert status == "" and cap == "A photo of an espresso." and rows[0][1] == "A cup of coffee." and len(rows) == 2
+    assert status == "" and cap.startswith("A photo of an espresso.  (class probability 0.")  # 0.60 here
+    assert rows[0][1] == "A cup of coffee." and len(rows) == 2
     assert "encode" in timings
 
 
