@@ -1,4 +1,5 @@
-"""The decoder-seed experiment's summary and table (the decoders themselves train in minutes: not here)."""
+"""The decoder-seed experiment's summary and table (the decoders themselves train in minutes: not here), and the
+captions the experiments hold out."""
 import pytest
 
 
@@ -23,3 +24,12 @@ def test_bad_seed_list_is_a_usage_error(capsys):
     with pytest.raises(SystemExit) as e:
         main(["--seeds", "a,b"])
     assert e.value.code == 2 and "comma-separated list of seeds" in capsys.readouterr().err
+
+
+def test_held_out_captions_are_test_always_and_the_scored_split_too():
+    from captioner.datasets import get_dataset
+    from eval.experiments import held_out_captions
+
+    test, val = get_dataset("tuxpaint", "test").captions(), get_dataset("tuxpaint", "val").captions()
+    assert held_out_captions("test") == test  # the pipeline's own default exclusion
+    assert held_out_captions("val") == test + val

@@ -17,6 +17,16 @@ def emit(res: dict, out: str | None, json_only: bool, table: str) -> None:
     print(blob if json_only else blob + "\n\n" + table)
 
 
+def held_out_captions(split: str) -> list[str]:
+    """The Tux Paint captions a pipeline scoring ``split`` must hold in neither its bank nor its decoder
+    corpus: test's, as the pipeline's default ``exclude``, and the scored split's own when it is another (the
+    decoder corpus holds val's: ``captioner.bank.decoder_corpus``)."""
+    from captioner.datasets import get_dataset
+
+    held = get_dataset("tuxpaint", "test").captions()
+    return held if split == "test" else held + get_dataset("tuxpaint", split).captions()
+
+
 def seed_list(text: str) -> list[int]:
     """``--seeds 0,1,2`` -> [0, 1, 2] (an argparse ``type``: a bad list is a one-line usage error)."""
     import argparse

@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from eval.experiments import emit
+from eval.experiments import emit, held_out_captions
 
 ROTATIONS = ("paired", "head", "pairfree", "ridge")
 INPUTS = ("projection", "rotation")
@@ -32,10 +32,8 @@ def run(split: str = "val", image_encoder: str = "efficientnet-lite0", text_enco
 
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)
-    # the decoder corpus holds Tux Paint val captions (captioner.bank.decoder_corpus): scoring val, leave them
-    # out as the test captions are, or the decoder could spell out its own references
-    held = get_dataset("tuxpaint", "test").captions() + (ds.captions() if split != "test" else [])
-    pipe = Pipeline(image_encoder, text_encoder, progress=False, exclude=held)
+    # scoring val, its captions leave the decoder corpus too, or the decoder could spell out its own references
+    pipe = Pipeline(image_encoder, text_encoder, progress=False, exclude=held_out_captions(split))
     refs = references(ds)
     xs = embed(pipe.encoder("image"), ds, "image", progress=False)
     ids = list(xs.sample_ids)

@@ -21,7 +21,7 @@ import time
 
 import numpy as np
 
-from eval.experiments import emit, run_or_exit, seed_list
+from eval.experiments import emit, held_out_captions, run_or_exit, seed_list
 
 ROTATIONS = ("paired", "head")
 
@@ -35,7 +35,7 @@ def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)
     refs = references(ds)
-    held = get_dataset("tuxpaint", "test").captions() + (ds.captions() if split != "test" else [])
+    held = held_out_captions(split)
 
     def cider(pipe, rot, captioner):
         preds = predict(pipe, ds, rot, captioner)

@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from eval.experiments import emit
+from eval.experiments import emit, held_out_captions
 
 ROTATIONS = ("paired", "head", "pairfree")
 
@@ -38,9 +38,7 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
 
     t0 = time.time()
     test = get_dataset("tuxpaint", split)
-    # on val, the val captions leave the decoder corpus as the test captions always do (the bank holds neither)
-    held = get_dataset("tuxpaint", "test").captions() + (test.captions() if split != "test" else [])
-    pipe = Pipeline(image_encoder, text_encoder, progress=progress, exclude=held)
+    pipe = Pipeline(image_encoder, text_encoder, progress=progress, exclude=held_out_captions(split))
     refs = references(test)
 
     def measure(rot: str) -> dict:
