@@ -16,6 +16,18 @@ def _draw(scenes, rng, n, exclude=None):
     return rng.choice(len(scenes), n, p=w / w.sum())
 
 
+def _renames_truth(labels, truth, cards=CARDS):
+    """Whether ``labels`` are the true values renamed: every attribute a one-to-one renaming of one true
+    attribute, attributes with equal cardinality possibly in another order. That order is not identifiable
+    from the cloud (the fit's error is exactly invariant under swapping equal-cardinality attributes, so which
+    order wins is decided by float noise: it changed with the LAPACK build), and the matcher does not need it
+    (alignment.lattice.correspond pairs such attributes by their value frequencies)."""
+    import itertools
+
+    return any(all(cards[p[a]] == k and len(set(zip(labels[:, a].tolist(), truth[:, p[a]].tolist()))) == k
+                   for a, k in enumerate(cards)) for p in itertools.permutations(range(len(cards))))
+
+
 def _clouds(noise=0.02, dim=20, seed=0):
     """Images of one half of the lattice's points, captions of the other half (no scene in common), the
     caption side one rotation (into a larger space), a scale and a shift away, with per-row noise."""
@@ -65,36 +77,43 @@ def test_the_value_frequencies_agree_across_disjoint_collections():
 def test_factorize_finds_the_true_labels_up_to_value_names():
     scenes, E, Q, ix, iy, X, Y = _clouds(seed=2)
     f = factorize(X, CARDS)
-    for a in range(len(CARDS)):
-        pairs = set(zip(f.labels[:, a].tolist(), scenes[ix, a].tolist()))
-        assert len(pairs) == CARDS[a]             # a one-to-one renaming of the true values
+    # a one-to-one renaming of the true values; the three 3-valued attributes may come in any order
+    assert _renames_truth(f.labels, scenes[ix])
+    # ... and no more than that: a labelling with two attributes mixed is not a renaming
+    mixed = f.labels.copy()
+    mixed[:, 1] = (f.labels[:, 1] + f.labels[:, 4]) % 2
+    assert not _renames_truth(mixed, scenes[ix])
 
 
-@pytest.mark.parametrize("trial", [0, 2, 8])
-def test_pair_moves_unmix_two_attributes_that_block_moves_leave_mixed(trial):
+def test_pair_moves_unmix_two_attributes_that_block_moves_leave_mixed():
     """A skewed lattice whose (size, background) cells are relabelled by a random bijection: re-splitting one
-    attribute at a time stays stuck far above the true labelling's error; re-splitting the pair finds it."""
+    attribute at a time stays stuck far above the true labelling's error in most draws; re-splitting the pair
+    finds it in every draw. The draws are not fixed trial numbers known to be stuck: the lattice's coordinates
+    (an SVD basis of repeated singular values) depend on the LAPACK build, and so does which draw is stuck."""
     import itertools
 
     from alignment.lattice_fit import _all_values, _block_moves, _fit, _pair_moves, _polish
 
-    rng = np.random.default_rng(trial)
-    T, E = ideal_lattice(CARDS)
-    C = E @ (rng.standard_normal((E.shape[1], E.shape[1])) * 0.3 + np.eye(E.shape[1]))
-    C = C + 0.1 * rng.standard_normal(C.shape)
-    cells = list(itertools.product(range(2), range(3)))
-    perm = rng.permutation(6)
-    W = T.copy()
-    for i, (a, b) in enumerate(zip(T[:, 1], T[:, 4])):
-        W[i, 1], W[i, 4] = cells[perm[cells.index((a, b))]]
-    codes = _all_values(CARDS)
-    true_loss = _fit(C, CARDS, T)[1]
-    v, loss = _block_moves(C, CARDS, _polish(C, CARDS, W, codes)[0], codes, np.random.default_rng(0))
-    assert loss > 2 * true_loss                                  # stuck: two attributes still mixed
-    v, loss = _pair_moves(C, CARDS, v, codes, np.random.default_rng(0))
-    assert loss == pytest.approx(true_loss, rel=1e-9)
-    for a in range(len(CARDS)):
-        assert len(set(zip(v[:, a].tolist(), T[:, a].tolist()))) == CARDS[a]   # the true values, renamed
+    stuck = 0
+    for trial in range(10):
+        rng = np.random.default_rng(trial)
+        T, E = ideal_lattice(CARDS)
+        C = E @ (rng.standard_normal((E.shape[1], E.shape[1])) * 0.3 + np.eye(E.shape[1]))
+        C = C + 0.1 * rng.standard_normal(C.shape)
+        cells = list(itertools.product(range(2), range(3)))
+        perm = rng.permutation(6)
+        W = T.copy()
+        for i, (a, b) in enumerate(zip(T[:, 1], T[:, 4])):
+            W[i, 1], W[i, 4] = cells[perm[cells.index((a, b))]]
+        codes = _all_values(CARDS)
+        true_loss = _fit(C, CARDS, T)[1]
+        v, loss = _block_moves(C, CARDS, _polish(C, CARDS, W, codes)[0], codes, np.random.default_rng(0))
+        stuck += loss > 2 * true_loss                            # stuck: two attributes still mixed
+        v, loss = _pair_moves(C, CARDS, v, codes, np.random.default_rng(0))
+        assert loss == pytest.approx(true_loss, rel=1e-9), trial
+        assert _renames_truth(v, T), trial                       # the true values, renamed
+    # block moves alone: stuck in 7 of these 10 draws with numpy 2.4's LAPACK (31 of 40), 9 with numpy 1.26's
+    assert stuck >= 3
 
 
 def test_a_cloud_with_no_lattice_scores_low():
