@@ -15,7 +15,7 @@ Steps, in both clouds' principal axes (``alignment.matching._prepare``):
    geometrically from ``start`` to ``end`` times that median. Each round: squared distances of the rotated
    subset rows to the other side's, the Gibbs kernel at that temperature, ``sinkhorn_iters`` Sinkhorn
    scalings to uniform marginals (rectangular allowed), Procrustes on the coupling's cross-covariance.
-3. Every start is scored by the held-out score of :func:`alignment.rosetta.heldout_score` (each fold of
+3. Every start is scored by the held-out score of :func:`alignment.csls.heldout_score` (each fold of
    rows mapped by the Procrustes fit on the other fold's assigned pairs: it tracks accuracy where the
    in-sample mutual-neighbour rate does not, because a 128-d rotation fitted on 2,000 rows overfits any
    assignment).
@@ -83,7 +83,7 @@ def match_annealed(X, Y, patterns, k: int, dim: int | None = None, normalize: bo
     best first), every row then assigned one-to-one; the start with the best held-out score wins.
     ``info["starts"]`` lists each start's pattern, held-out score and seconds; ``info["heldout"]`` is the
     winner's. ``prep``: ``_prepare(X, Y, dim, normalize)`` when the caller already has it."""
-    from alignment.rosetta import heldout_score
+    from alignment.csls import heldout_score
 
     t0 = time.perf_counter()
     threads = work_threads()

@@ -262,6 +262,64 @@ def permutation_null(name: str, X, Y, n_perm: int = 20, seed: int = 0, **kw) -> 
             "p": float((1 + (null >= s).sum()) / (n_perm + 1)), "n_perm": int(n_perm)}
 
 
+# ----------------------------------------------------------------------------------------------- matching
+def foscttm(X, Y, metric: str = "euclidean", chunk: int = 2048) -> float:
+    """Fraction Of Samples Closer Than the True Match (FOSCTTM; Liu et al. 2019, as the Rosetta paper,
+    Schnaus et al. 2026, reports it): 0 is perfect, 0.5 is chance.
+
+    For each row i of X, the fraction of the other rows j of Y that are closer to x_i than its partner
+    y_i; ties count one half (mid-ranks, so neither the rows' order nor a shuffle of both sides moves the
+    value); the same from Y's side; the mean of both.
+
+    .. math:: \\frac{1}{2n(n-1)} \\sum_i \\big[\\#\\{j: d_{ij} < d_{ii}\\} + \\#\\{j: d_{ji} < d_{ii}\\}
+              + \\tfrac12 (\\#\\{j \\ne i: d_{ij} = d_{ii}\\} + \\#\\{j \\ne i: d_{ji} = d_{ii}\\})\\big]
+
+    Parameters
+    ----------
+    X : (N, D) rows already mapped into Y's space (e.g. ``rotation.transform(X)``)
+    Y : (N, D) row i is the true partner of X's row i
+    metric : "euclidean" or "cosine" (1 - cosine similarity)
+
+    Returns
+    -------
+    float in [0, 1]
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> X = np.random.default_rng(0).standard_normal((100, 8))
+    >>> foscttm(X, X), foscttm(X, X[::-1]) > 0.3
+    (0.0, True)
+    """
+    X = as_matrix(X, "X", allow_constant=True).astype(np.float64)
+    Y = as_matrix(Y, "Y", allow_constant=True).astype(np.float64)
+    if X.shape != Y.shape:
+        raise AlignmentError(f"FOSCTTM needs paired rows in one space: X is {X.shape}, Y is {Y.shape} (map X "
+                             "into Y's space first, one row per partner)")
+    n = len(X)
+    if n < 2:
+        raise AlignmentError(f"FOSCTTM needs at least 2 pairs, got {n}")
+    if metric == "cosine":
+        X, Y = l2_normalize(X), l2_normalize(Y)
+    elif metric != "euclidean":
+        raise AlignmentError(f"metric must be 'euclidean' or 'cosine', not {metric!r}")
+    xn, yn = (X * X).sum(1), (Y * Y).sum(1)
+    diag = ((X - Y) ** 2).sum(1)  # d_ii, computed directly (not from the expansion: exact ties stay ties)
+    total = 0.0
+    for a, an, b, bn in ((X, xn, Y, yn), (Y, yn, X, xn)):
+        for s in range(0, n, chunk):
+            D = an[s:s + chunk, None] + bn[None, :] - 2 * a[s:s + chunk] @ b.T  # (c, N)
+            rows = np.arange(len(D))
+            D[rows, s + rows] = diag[s:s + chunk]
+            # relative tolerance: distances equal up to the expansion's rounding count as ties
+            tol = 1e-9 * (an[s:s + chunk, None] + bn[None, :] + 1e-300)
+            ref = diag[s:s + chunk, None]
+            less = (D < ref - tol).sum(1)
+            ties = (np.abs(D - ref) <= tol).sum(1) - 1  # the partner itself is not a tie
+            total += float((less + 0.5 * ties).sum())
+    return total / (2.0 * n * (n - 1))
+
+
 # ----------------------------------------------------------------------------------------------- retrieval
 def recall_at_k(query, keys, gt, ks=(1, 5, 10), chunk: int = 2048) -> dict:
     """Retrieval recall of keys for each query by cosine similarity.

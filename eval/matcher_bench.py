@@ -110,7 +110,7 @@ def oracle(X, Y, true, Q, dense_max: int = 25_000_000, sample: int | None = None
     return out
 
 
-class _PeakRSS:
+class PeakRSS:
     """Peak resident memory of this process while the block runs (samples /proc every 20 ms)."""
 
     def __enter__(self):
@@ -165,7 +165,7 @@ def _load_baseline(path):
 
 
 def _run_one(fn, X, Y, true, Q, seed, **kw):
-    with _PeakRSS() as mem:
+    with PeakRSS() as mem:
         t = time.perf_counter()
         res = fn(X, Y, seed=seed, **kw)
         dt = time.perf_counter() - t
@@ -218,7 +218,7 @@ def bench_matchers(n: int, d: int = 384, alpha: float = 1.0, noise: float = 0.05
     else:
         import warnings
 
-        with _PeakRSS() as mem, warnings.catch_warnings(record=True) as w:
+        with PeakRSS() as mem, warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
             t = time.perf_counter()
             g = match_gw(X, Y, epsilon=gw_epsilon)

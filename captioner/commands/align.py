@@ -8,10 +8,12 @@ from pathlib import Path
 
 import click
 
+from alignment.pairfree import MATCHERS
 from captioner.errors import CacheMismatchError, CaptionerError
 from captioner.rotations import ALIASES, ALL, KINDS
 
 METHODS = (*ALL, *ALIASES)
+MATCHER_NAMES = tuple(MATCHERS)
 
 
 @contextmanager
@@ -142,15 +144,8 @@ class _CacheSource:
 @click.option("--text-rows", type=click.Choice(["all", "first", "mean"]), default="all", show_default=True,
               help="Unpaired methods: the text cloud is every caption row, or one row per sample.")
 @click.option("--alpha", type=float, default=None, help="ridge strength (default: leave-one-out choice).")
-@click.option("--matcher", type=click.Choice(["auto", "ours", "anneal", "rosetta", "lattice", "wp", "gw"]),
-              default="auto",
-              show_default=True,
-              help="pairfree: PCA sign search + ICP (ours), annealed soft assignment from ours' sign patterns "
-                   "(anneal; high noise), cluster-QAP starts + CSLS self-learning (rosetta; noisy or partly "
-                   "overlapping clouds), coarse-to-fine Wasserstein-Procrustes (wp), POT's entropic "
-                   "Gromov-Wasserstein (gw), lattice (images and captions of different scenes that share an "
-                   "attribute lattice; needs --cards), or auto (ours; when its check fails anneal, then rosetta "
-                   "unless anneal is clearly better; the best held-out score wins).")
+@click.option("--matcher", type=click.Choice(list(MATCHER_NAMES)), default="auto", show_default=True,
+              help="pairfree: the matcher (captioner align matchers lists them with one line each).")
 @click.option("--cards", default=None,
               help="lattice matcher: the number of values of each attribute, e.g. 6,2,3,3,3 for the world "
                    "(colour, size, column, row, background).")
@@ -270,6 +265,11 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
                 r = {"metric": name, "score": score(name, X, Y, **kw)}
             rows.append(r)
         retrieval = _retrieval(rot, img, txt) if rot is not None else None
+        if retrieval is not None:  # FOSCTTM of the mapped pairs, cosine after centring on the text side's mean
+            from alignment.metrics import foscttm
+
+            my = Y.mean(0)
+            retrieval["foscttm"] = round(foscttm(rot.transform(X) - my, Y - my, metric="cosine"), 6)
     out = {"n_pairs": len(sids), "image": _describe(img), "text": _describe(txt), "reduce": reduce,
            "metrics": rows, "retrieval": retrieval}
     if as_json:
@@ -284,7 +284,8 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
         click.echo(line)
     if retrieval:
         click.echo(f"image->caption via {Path(rotation).name}: R@1 {retrieval['R@1']:.3f}  R@5 {retrieval['R@5']:.3f}"
-                   f"  R@10 {retrieval['R@10']:.3f}  (chance@1 {retrieval['chance@1']:.3f})")
+                   f"  R@10 {retrieval['R@10']:.3f}  (chance@1 {retrieval['chance@1']:.3f})  "
+                   f"FOSCTTM {retrieval['foscttm']:.2e} (chance 0.5)")
 
 
 @cli.command("bench")
@@ -304,13 +305,35 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
               help="Another alignment/pairfree.py (e.g. main's) timed on the same problems.")
 @click.option("--baseline-max-n", type=int, default=50_000, show_default=True,
               help="Skip the baseline above this N (main's matcher is quadratic).")
+@click.option("--real", "real", default=None,
+              type=click.Choice(["quick", "cupl", "text", "image", "cross", "synthetic", "all"]),
+              help="The real-data benchmark instead (eval.matcher_real): quick = CuPL MiniLM-L6 -> L3 and the "
+                   "Rosetta-style synthetic problems; cupl (every text pair on CuPL); text / image / cross / synthetic; all.")
+@click.option("--real-n", type=int, default=3000, show_default=True, help="--real: rows a side.")
+@click.option("--matchers", default="ours,rosetta,multistart,auto", show_default=True,
+              help="--real: the matchers to run, comma-separated.")
 @click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
 @click.option("--json", "as_json", is_flag=True)
-def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, baseline_max_n, out, as_json):
+def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, baseline_max_n, real, real_n, matchers,
+              out, as_json):
     """Synthetic benchmark: our pair-free matcher vs POT's entropic GW (time, peak memory, exact-match
     accuracy) on rotated, noisy, shuffled power-law clouds, and Procrustes vs scipy on paired rows. Sizes
     above 60,000 are synthesised in blocks (e.g. --n 50000 --n 100000 --n 300000 --n 1000000, which also
     prints the per-point cost ratio against N log N)."""
+    if real:
+        from eval import matcher_real
+
+        ms = [m.strip() for m in matchers.split(",") if m.strip()]
+        bad = [m for m in ms if m not in MATCHERS]
+        if bad:
+            raise CaptionerError(f"unknown matcher {bad[0]!r}; known: {', '.join(MATCHERS)}")
+        with _user_errors():
+            res = matcher_real.run(real, real_n, methods=ms, seed=seed, progress=not as_json)
+        if out:
+            Path(out).parent.mkdir(parents=True, exist_ok=True)
+            Path(out).write_text(json.dumps(res, indent=2) + "\n")
+        click.echo(json.dumps(res, indent=2) if as_json else matcher_real.table(res))
+        return
     from eval.matcher_bench import run, table
 
     try:
@@ -329,3 +352,10 @@ def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, bas
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         Path(out).write_text(json.dumps(res, indent=2) + "\n")
     click.echo(json.dumps(res, indent=2) if as_json else table(res))
+
+
+@cli.command("matchers")
+def matchers_cmd():
+    """List the pair-free matchers (--matcher of align fit, --matchers of align bench --real)."""
+    for name, (_, line) in MATCHERS.items():
+        click.echo(f"{name:<11} {line}")

@@ -12,7 +12,7 @@ the alternation every matcher here ends with:
 
 For each it prints the accuracy, the matching cost (mean squared distance of the assigned pairs, in both
 clouds' principal axes as the matchers see them: ``alignment.matching._prepare``) and the held-out score
-``alignment.rosetta.heldout_score`` that "auto" ranks answers by. When ``found`` costs less and scores at
+``alignment.csls.heldout_score`` that "auto" ranks answers by. When ``found`` costs less and scores at
 least as well held out as ``truth``, the data prefers the wrong answer: no matcher that minimises the
 matching cost or ranks by that held-out score can do better on this problem, whatever its optimiser.
 
@@ -118,7 +118,7 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
     point's mean assigned squared distance) of :func:`soft_em` started from both answers."""
     from alignment.matching import _prepare, _procrustes
     from alignment.pairfree import match
-    from alignment.rosetta import heldout_score
+    from alignment.csls import heldout_score
     from eval.matcher_bench import make_problem, oracle
 
     X, Y, true, Q = make_problem(n, dim, noise=noise, seed=seed, overlap=overlap)
