@@ -265,3 +265,31 @@ def match_rosetta(X, Y, dim: int | None = None, clusters: int = 30, restarts: in
     rot = _rotation_from(prep, R, "rosetta", 1.0, {**meta, "fit": {"rosetta": {
         k: v for k, v in info.items() if k not in ("restarts", "history")}}})
     return MatchResult(rot, perm, coupling, score, info)
+
+
+def anneal_soft(A, B, R, taus=None, sub: int = 2000, iters: int = 20, updates: int = 2, seed: int = 0):
+    """Deterministic annealing of the Wasserstein-Procrustes objective from the rotation R (d, d): for each
+    temperature tau (high to low), ``updates`` times an entropic transport plan between random ``sub``-row
+    samples of A R and B (Sinkhorn, ``iters`` scaling rounds, kernel exp(<a R, b> / tau)) and Procrustes on
+    it. At a high temperature every row is matched softly to many, which smooths away the local optima the
+    hard (Hungarian) rounds stop in: on MiniLM-L6 -> MPNet (CuPL, disjoint halves of 3,000) the hard rounds
+    stopped at FOSCTTM 0.077 from the cluster start; the annealed ones from the profile start reached 0.0035
+    with 16 temperatures from 0.5 to 0.005 (6 s), 1.9e-4 with 40 from 0.5 to 0.002 (15 s, the default), after
+    the hard rounds. Returns R (d, d)."""
+    rng = np.random.default_rng(seed)
+    taus = np.geomspace(0.5, 0.002, 40) if taus is None else np.asarray(taus, float)
+    R = np.asarray(R, np.float64)
+    for tau in taus:
+        xs = rng.permutation(len(A))[:sub]
+        ys = rng.permutation(len(B))[:sub]
+        a, b = A[xs].astype(np.float64), B[ys].astype(np.float64)
+        for _ in range(updates):
+            S = (a @ R) @ b.T / tau
+            S -= S.max()
+            K = np.exp(S)
+            u, v = np.ones(len(a)), np.ones(len(b))
+            for _ in range(iters):
+                u = 1.0 / np.maximum(K @ v, 1e-300)
+                v = 1.0 / np.maximum(K.T @ u, 1e-300)
+            R = polar(a.T @ ((u[:, None] * K) * v[None, :]) @ b).astype(np.float64)
+    return R.astype(np.float32)

@@ -1,5 +1,8 @@
 """Several starts, one refinement, one label-free choice: the pair-free matcher for real encoders.
 
+Each start is refined by deterministic annealing of an entropic (Sinkhorn) assignment from a high to a low
+temperature, then by Hungarian rounds (:func:`alignment.rosetta.anneal_soft`, :func:`alignment.rosetta.refine`).
+
 On real encoders the refinement of :mod:`alignment.rosetta` (Hungarian assignment <-> Procrustes) has a wide
 basin: on MiniLM-L6 -> MiniLM-L3 (CuPL, 3,000 sentences a side, disjoint halves) a start whose test FOSCTTM is
 0.035 (cosine 0.22 with the true rotation) refines to 2e-4. What fails is the start. So this matcher makes
@@ -37,9 +40,12 @@ import numpy as np
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
 from alignment.matching import MatchResult, _prepare, _rotation_from, check_seeds
-from alignment.rosetta import _seeded_M, assignment_score, cluster_start, polar, refine
+from alignment.rosetta import _seeded_M, anneal_soft, assignment_score, cluster_start, polar, refine
 
 STARTS = ("profile", "identity", "cluster")
+# default shared dimension: EfficientNet features (1280-d) at full dimension took over 5 minutes a problem
+# (80 polar factors of 1280 x 1280 per annealed start); text encoders (384-d) are unaffected
+MAX_DIM = 384
 
 
 def _profile(Z):
@@ -80,20 +86,26 @@ def identity_start(prep) -> np.ndarray | None:
 
 
 def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rounds: int = 100,
-                     batch: int = 4096, clusters: int = 30, restarts: int = 30, sample: int = 4000, seeds=None,
+                     batch: int = 4096, clusters: int = 30, restarts: int = 30, sample: int = 4000,
+                     refine_top: int = 2, soft: bool = True, seeds=None,
                      normalize: bool = True, rows_l2: bool = True, seed: int = 0, dense_max: int = 5_000_000,
                      progress: bool = False, **meta) -> MatchResult:
-    """Pair-free rotation from several starts, each refined, the best by a label-free score (module doc).
+    """Long: the parameters' documentation and the record of every candidate are most of it.
+
+    Pair-free rotation from several starts, each refined, the best by a label-free score (module doc).
 
     Parameters
     ----------
     X : (N1, D1) ; Y : (N2, D2), rows in any order, no pairs
     starts : which built-in starts to make, from ``STARTS`` ("profile", "identity", "cluster")
     init : optional assignments (N1,) from other matchers (X row -> Y row, -1 none), each a further start
-    dim : shared dimension (default min(D1, D2, N1 - 1, N2 - 1))
+    dim : shared dimension (default min(D1, D2, ``MAX_DIM``, N1 - 1, N2 - 1)): the top principal axes
     rounds, batch : refinement rounds and rows per side of each round's Hungarian assignment
     clusters, restarts : the cluster start's k-means centres and restarts
     sample : rows per side for the profile start (its cost is O(sample^2 d))
+    refine_top : how many starts, the best by their assignment score before refinement, are refined
+    soft : refine each start first by deterministic annealing of the soft (entropic) assignment
+        (:func:`alignment.rosetta.anneal_soft`), then by Hungarian rounds
     seeds : optional known pairs [(i, j), ...], weighted into every Procrustes fit (k / p each)
     normalize, rows_l2 : unit total variance per side; centre and L2-normalise rows (the Rosetta paper's
         preprocessing, the default)
@@ -103,7 +115,7 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
     Returns
     -------
     MatchResult whose ``score`` is the winner's assignment score; ``info["candidates"]`` lists every start
-    with its score before and after refinement and its time.
+    with its score before (and, if refined, after) refinement and its time.
     """
     from alignment.neighbours import _assign, _mutual_and_coupling
 
@@ -111,6 +123,8 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
     bad = [s for s in starts if s not in STARTS]
     if bad:
         raise AlignmentError(f"unknown start {bad[0]!r}; known: {', '.join(STARTS)}")
+    if dim is None:  # the top principal axes only: each annealing step's polar factor is O(d^3)
+        dim = min(np.shape(X)[1], np.shape(Y)[1], MAX_DIM)
     prep = _prepare(X, Y, dim, normalize, rows_l2=rows_l2)
     A, B = prep.A, prep.B
     n1, d = A.shape
@@ -142,12 +156,18 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
     runs = []
     for name, R0, t_start in cands:
         t = time.perf_counter()
-        s0 = assignment_score(A, B, R0, seed=seed)
-        R, hist = refine(A, B, R0, rounds, batch, (si, sj), seed)
-        s = assignment_score(A, B, R, seed=seed)
-        runs.append({"start": name, "start_score": round(s0, 5), "score": round(s, 5), "rounds": len(hist),
-                     "seconds": round(t_start + time.perf_counter() - t, 3), "R": R})
-    best = max(runs, key=lambda r: r["score"])
+        runs.append({"start": name, "start_score": round(assignment_score(A, B, R0, seed=seed), 5),
+                     "seconds": round(t_start + time.perf_counter() - t, 3), "R": R0})
+    # the starts with the best scores are refined (on the benchmark the right start always scored first or
+    # second before refinement: CuPL disjoint raw axes 0.355 vs profile 0.292 and cluster 0.316)
+    for r in sorted(runs, key=lambda r: -r["start_score"])[:max(1, refine_top)]:
+        t = time.perf_counter()
+        R0 = anneal_soft(A, B, r["R"], seed=seed) if soft else r["R"]
+        r["R"], hist = refine(A, B, R0, rounds, batch, (si, sj), seed)
+        r["score"] = round(assignment_score(A, B, r["R"], seed=seed), 5)
+        r["rounds"] = len(hist)
+        r["seconds"] = round(r["seconds"] + time.perf_counter() - t, 3)
+    best = max((r for r in runs if "score" in r), key=lambda r: r["score"])
     R = best["R"]
     perm, _, cand = _assign(A @ R, B, dense_max, 4, min(32, d), progress, force=(si, sj))
     mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)

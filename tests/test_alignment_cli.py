@@ -103,7 +103,7 @@ def test_score_with_null_and_rotation(caches, tmp_path):
     by = {m["metric"]: m for m in s["metrics"]}
     assert by["cka"]["score"] > 0.99 and by["mutual_knn"]["score"] > 0.9
     assert by["mutual_knn"]["null_mean"] < 0.2 and by["mutual_knn"]["z"] > 10
-    assert s["retrieval"]["R@1"] == 1.0
+    assert s["retrieval"]["R@1"] == 1.0 and s["retrieval"]["foscttm"] < 1e-3  # the true map: partners nearest
     human = _run(["align", "score", "-a", str(a), "-b", str(b), "--metric", "all"])
     assert human.exit_code == 0 and "svcca" in human.output and "cknna" in human.output
 
@@ -167,3 +167,23 @@ def test_fit_lattice_matcher_from_the_cli(tmp_path):
     r = _run(["align", "fit", "-m", "pairfree", "--matcher", "lattice", "-a", str(a), "-b", str(b),
               "--out", str(tmp_path / "L2")])
     assert isinstance(r.exception, CaptionerError) and "--cards" in str(r.exception)
+
+
+def test_bench_real_synthetic_rows_and_matchers_list(tmp_path):
+    """``align bench --real synthetic``: every row has the oracle, chance and each matcher's FOSCTTM; the JSON
+    file is written as rows finish; an unknown matcher is one line listing the registry."""
+    out = tmp_path / "real.json"
+    r = _run(["align", "bench", "--real", "synthetic", "--real-n", "300", "--matchers", "ours",
+              "--json", "--out", str(out)])
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.output)
+    rows = {(row["pool"], row["setting"]): row for row in res["rows"]}
+    assert len(rows) == 8 and json.loads(out.read_text())["rows"] == res["rows"]
+    clustered = rows[("synthetic-clustered", "same")]
+    assert clustered["chance"]["foscttm"] == 0.5 and clustered["oracle"]["foscttm"] < 0.01
+    assert clustered["methods"]["ours"]["foscttm"] < 0.01 and clustered["methods"]["ours"]["match_accuracy"] > 0.9
+    r = _run(["align", "bench", "--real", "quick", "--matchers", "ours,nope"])
+    assert r.exit_code != 0 and "unknown matcher 'nope'; known: auto, ours" in str(r.exception)
+    r = _run(["align", "matchers"])
+    assert r.exit_code == 0 and r.output.splitlines()[0].startswith("auto ")
+    assert len(r.output.splitlines()) == len(__import__("alignment.pairfree").pairfree.MATCHERS)

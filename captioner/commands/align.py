@@ -328,10 +328,9 @@ def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, bas
         if bad:
             raise CaptionerError(f"unknown matcher {bad[0]!r}; known: {', '.join(MATCHERS)}")
         with _user_errors():
-            res = matcher_real.run(real, real_n, methods=ms, seed=seed, progress=not as_json)
-        if out:
-            Path(out).parent.mkdir(parents=True, exist_ok=True)
-            Path(out).write_text(json.dumps(res, indent=2) + "\n")
+            if out:
+                Path(out).parent.mkdir(parents=True, exist_ok=True)
+            res = matcher_real.run(real, real_n, methods=ms, seed=seed, progress=not as_json, out=out)
         click.echo(json.dumps(res, indent=2) if as_json else matcher_real.table(res))
         return
     from eval.matcher_bench import run, table
