@@ -4,10 +4,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from alignment.csls import _kmeans, cluster_starts, heldout_score, match_csls
 from alignment.errors import AlignmentError
 from alignment.matching import _prepare
 from alignment.pairfree import match, match_pairfree
-from alignment.csls import _kmeans, cluster_starts, heldout_score, match_csls
 from eval.matcher_bench import make_problem
 
 

@@ -116,9 +116,9 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
     """One grid point; ``paired_n``: the sizes of the fresh paired draws of the "paired" column (default
     [n]), all measured against the same matcher answer; ``soft_tau``: temperatures (times the found fixed
     point's mean assigned squared distance) of :func:`soft_em` started from both answers."""
+    from alignment.csls import heldout_score
     from alignment.matching import _prepare, _procrustes
     from alignment.pairfree import match
-    from alignment.csls import heldout_score
     from eval.matcher_bench import make_problem, oracle
 
     X, Y, true, Q = make_problem(n, dim, noise=noise, seed=seed, overlap=overlap)
