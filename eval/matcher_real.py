@@ -272,10 +272,11 @@ POOL_MAX = 10_000
 def problems(suite: str = "quick", n: int = 3000, test: int = 1000, settings=("same", "disjoint"),
              seed: int = 0, progress: bool = False):
     """Yield the problems of a suite. ``quick``: CuPL MiniLM-L6 -> L3 and the synthetic problems; ``cupl``: every
-    text pair on CuPL; ``text``: every
+    text pair on CuPL; ``scale``: L6 -> L3 on disjoint CuPL halves of n rows (2,000 test pairs); ``text``: every
     text pair on every text pool; ``image``: every image pair on the image pool; ``cross``: Lite0 -> MiniLM-L6
     on Tux Paint (the infeasible control); ``synthetic``; ``all``."""
-    suites = {"quick": ["cupl-l6-l3", "synthetic"], "cupl": ["cupl"], "text": ["text"], "image": ["image"],
+    suites = {"quick": ["cupl-l6-l3", "synthetic"], "cupl": ["cupl"], "scale": ["scale"], "text": ["text"],
+              "image": ["image"],
               "cross": ["cross"], "synthetic": ["synthetic"], "all": ["text", "image", "cross", "synthetic"]}
     if suite not in suites:
         raise ValueError(f"unknown suite {suite!r}; known: {', '.join(suites)}")
@@ -293,6 +294,10 @@ def problems(suite: str = "quick", n: int = 3000, test: int = 1000, settings=("s
     for part in parts:
         if part == "cupl-l6-l3":
             yield from from_pool("cupl", "minilm-l6", "minilm-l3", "text")
+        elif part == "scale":  # n a side of disjoint CuPL halves (COCO's disjoint-half scale: 40,000)
+            E, _ = pool_embeddings("cupl", ("minilm-l6", "minilm-l3"), 2 * n + 2000, seed=seed, progress=progress)
+            yield split_problem("cupl minilm-l6 -> minilm-l3", E["minilm-l6"], E["minilm-l3"], n, "disjoint", 2000,
+                                seed, {"pool": "cupl", "a": "minilm-l6", "b": "minilm-l3", "kind": "text"})
         elif part == "cupl":
             for a, b in TEXT_PAIRS:
                 yield from from_pool("cupl", a, b, "text")

@@ -306,9 +306,10 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
 @click.option("--baseline-max-n", type=int, default=50_000, show_default=True,
               help="Skip the baseline above this N (main's matcher is quadratic).")
 @click.option("--real", "real", default=None,
-              type=click.Choice(["quick", "cupl", "text", "image", "cross", "synthetic", "all"]),
+              type=click.Choice(["quick", "cupl", "scale", "text", "image", "cross", "synthetic", "all"]),
               help="The real-data benchmark instead (eval.matcher_real): quick = CuPL MiniLM-L6 -> L3 and the "
-                   "Rosetta-style synthetic problems; cupl (every text pair on CuPL); text / image / cross / synthetic; all.")
+                   "Rosetta-style synthetic problems; cupl (every text pair on CuPL); scale (L6 -> L3, disjoint halves of "
+                   "--real-n rows); text / image / cross / synthetic; all.")
 @click.option("--real-n", type=int, default=3000, show_default=True, help="--real: rows a side.")
 @click.option("--matchers", default="ours,rosetta,multistart,auto", show_default=True,
               help="--real: the matchers to run, comma-separated.")
