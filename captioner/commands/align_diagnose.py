@@ -23,8 +23,10 @@ def _fmt(v) -> str:
               help="Also report the paired signals (CKA, mutual k-NN, their nulls) where sample ids match.")
 @click.option("--n-perm", type=int, default=20, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--matcher", default="auto", show_default=True,
+              help="The pair-free matcher whose answers are judged (`captioner align matchers` lists them).")
 @click.option("--json", "as_json", is_flag=True)
-def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json):
+def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, matcher, as_json):
     """Say, before matching, whether a pair-free rotation between the two caches can be found, and why."""
     import numpy as np
 
@@ -40,7 +42,7 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json
         if pairs:
             X, Y, sids = _pairs(img, txt, "mean")
             pr = (X, Y) if len(sids) >= 8 else None
-        res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed)
+        res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed, matcher=matcher)
     if as_json:
         click.echo(json.dumps(res, default=float))
         return
@@ -62,13 +64,16 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json
 @click.option("--n", type=int, default=1000, show_default=True, help="Rows of the synthetic cases.")
 @click.option("--world", type=click.Choice(["quick", "lab", "gpu"]), default=None,
               help="Also the JEPA world's cases, seeds 0-2 of this preset (needs `captioner world train`).")
+@click.option("--heldout", type=int, default=0, show_default=True,
+              help="Also the CuPL text cases (MiniLM-L6 / L3 / MPNet, same and disjoint) with N sentences a side, "
+                   "scored by FOSCTTM on held-out pairs (0: not run).")
 @click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
 @click.option("--json", "as_json", is_flag=True)
-def validate_cmd(real, n, world, out, as_json):
+def validate_cmd(real, n, world, heldout, out, as_json):
     """The diagnosis' verdict against the measured outcome on cases with a known answer (a table)."""
     from eval.pairfree_diagnose import run, table
 
-    res = run(n=n, real=real, world=world)
+    res = run(n=n, real=real, world=world, heldout=heldout, out=out, progress=not as_json)
     if out:
         from pathlib import Path
 
