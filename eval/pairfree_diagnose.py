@@ -84,9 +84,9 @@ def outcome(X, Y, true, seed: int = 0, label=None) -> dict:
 
 def world_cases(preset: str = "lab", seeds=(0, 1, 2), n: int = 1000):
     """(name, "world", X, Y, true, scene label of each Y row) for each seed x text encoder of the world report."""
+    from captioner.world.setting import setting
     from eval.world.chain import TEXT_ENCODERS as WORLD_TEXT
     from eval.world.chain import embed, world_name
-    from eval.world.setting import setting
 
     for seed in seeds:
         st = setting(seed)

@@ -24,8 +24,8 @@ def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = 
     """
     import sys
 
-    from eval.coco import evaluate
-    from eval.zeroshot import evaluate_zeroshot
+    from captioner.evaluation.coco import evaluate
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
 
     out_dir = Path(out_dir)
     t0 = time.time()

@@ -121,7 +121,7 @@ def coco_cli(rotation, captioner, coco_root, dataset, world_seed, world_preset, 
 
     With --results FILE --annotations FILE: score those predictions (yours or any system's) instead;
     the metrics go to --out (a JSON file) only when scoring succeeded."""
-    from eval.coco import evaluate
+    from captioner.evaluation.coco import evaluate
 
     if results or annotations:
         _score_files_cli(results, annotations, meteor, spice, out, as_json)
@@ -152,7 +152,7 @@ def _world_option(dataset, coco_root, seed, preset, split):
 
 def _show(res: dict, as_json: bool, title: str) -> bool:
     """Print one scored run as JSON or as a table with its notes; True when JSON was printed."""
-    from eval.coco import format_table
+    from captioner.evaluation.coco import format_table
 
     if as_json:
         click.echo(json.dumps(res, indent=2))
@@ -164,8 +164,8 @@ def _show(res: dict, as_json: bool, title: str) -> bool:
 
 
 def _score_files_cli(results, annotations, meteor, spice, out, as_json):
+    from captioner.evaluation.coco import score_files
     from captioner.paths import atomic_write_json
-    from eval.coco import score_files
 
     if not (results and annotations):
         raise click.UsageError("--results and --annotations go together (predictions and their references)")
@@ -204,12 +204,12 @@ def zeroshot_cli(dataset, root, split, world_seed, world_preset, mode, prompts, 
                  device, out, as_json, quiet):
     """Zero-shot top-1 / top-5 accuracy: classes are the mean of their template prompts, renormalised; images
     are rotated into text space (paired / pairfree / head / ridge / random) or matched by clusters (cluster)."""
+    from captioner.evaluation.zeroshot import evaluate_zeroshot, format_table
     from captioner.paths import atomic_write_json
     from captioner.pipeline import Pipeline
-    from eval.zeroshot import evaluate_zeroshot, format_table
 
     if dataset == "world":
-        from eval.zeroshot import evaluate_world_zeroshot
+        from captioner.evaluation.zeroshot import evaluate_world_zeroshot
 
         world = _world_option("world", root, world_seed, world_preset, split or "test")
         pipe, _ = build_eval_pipeline(progress=not quiet, world=world)

@@ -26,9 +26,9 @@ INPUTS = ("projection", "rotation")
 def run(split: str = "val", image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6") -> dict:
     from captioner.cache import embed
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import cider_x100, references, tokenize
     from captioner.pipeline import Pipeline
     from captioner.pipeline_decoder import AUTO_DECODE_INPUT, drop_prompt_template
-    from eval.coco import cider_x100, references, tokenize
 
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)

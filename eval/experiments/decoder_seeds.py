@@ -29,8 +29,8 @@ ROTATIONS = ("paired", "head")
 def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress: bool = True,
         ema: float = 0.0) -> dict:
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import predict, references, score_captions
     from captioner.pipeline import Pipeline
-    from eval.coco import predict, references, score_captions
 
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)

@@ -28,9 +28,9 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
         progress: bool = True, captioner: str = "retrieval", prompts: str = "templates", split: str = "test") -> dict:
     from alignment.procrustes import fit_random
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import predict, references, score_captions
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
     from captioner.pipeline import Pipeline
-    from eval.coco import predict, references, score_captions
-    from eval.zeroshot import evaluate_zeroshot
 
     def log(msg):
         if progress:

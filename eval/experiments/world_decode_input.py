@@ -42,7 +42,7 @@ def named_right(captions, dataset) -> dict:
     """Per attribute and for all five at once: the share of ``captions`` (one per sample of ``dataset``)
     naming the value of its sample's clean scene."""
     from captioner.world.scenes import read_caption
-    from eval.world.setting import attribute_labels
+    from captioner.world.setting import attribute_labels
 
     got = [read_caption(c) for c in captions]
     want = attribute_labels(dataset)
@@ -53,6 +53,7 @@ def named_right(captions, dataset) -> dict:
 def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val") -> list[dict]:
     from captioner.datasets import get_dataset
     from captioner.encoders import get_encoder
+    from captioner.world.setting import setting
     from eval.world.chain import (
         TEXT_ENCODERS,
         _centred,
@@ -64,7 +65,6 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
         text_context,
         world_name,
     )
-    from eval.world.setting import setting
 
     st = setting(seed)
     ev = get_dataset("world", split, seed=seed)

@@ -7,7 +7,7 @@ asks whether a larger world would fix it, without training anything: it replaces
 encoder the theorem describes, the scene's one-hot attribute code (centred and whitened over the uniform world:
 ``sum(values) - len(values)`` dimensions), the caption side one random rotation away, plus Gaussian noise
 (``--noise``, in units of the whitened coordinates). Everything else is the report's setting
-(``eval.world.setting``): 60 % of the scenes for training, split 60 / 40 % into the renders' and the
+(``captioner.world.setting``): 60 % of the scenes for training, split 60 / 40 % into the renders' and the
 captions' scene sets, 6,000 renders and 5,000 captions drawn with repetition from a skewed prior (each
 attribute's values at geometric frequencies, one ratio per attribute), or both sides drawn from all the train
 scenes (``same``). R@1 on the held-out 40 % of scenes: each rotated clean render code against the clean
@@ -30,8 +30,8 @@ import numpy as np
 
 from captioner.world.data import FRACTIONS
 from captioner.world.scenes import ATTRS
+from captioner.world.setting import ATTRIBUTES, N_CAPTIONS, N_IMAGES, PRIOR
 from eval.experiments import emit
-from eval.world.setting import ATTRIBUTES, N_CAPTIONS, N_IMAGES, PRIOR
 
 LAB_VALUES = tuple(len(ATTRS[a]) for a in ATTRIBUTES)  # 6, 2, 3, 3, 3
 REPORT_PRIOR = tuple(PRIOR[a] for a in ATTRIBUTES)  # 0.55, 0.3, 0.45, 0.25, 0.12
@@ -44,7 +44,7 @@ WORLDS = {
     "3,600 scenes, mild prior": ((12, 3, 5, 5, 4), (0.9, 0.7, 0.85, 0.8, 0.6)),
 }
 TRAIN = FRACTIONS[0]  # the world's train share of the scenes
-FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (eval.world.setting.setting)
+FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (captioner.world.setting.setting)
 
 
 def ideal_codes(values) -> tuple[np.ndarray, np.ndarray]:

@@ -32,6 +32,7 @@ def seed_rows(seed: int, draws: int, preset: str = "lab", text=TEXT) -> list[dic
     from alignment.lattice import factorize_cached, lattice_rotation, random_correspondence
     from captioner.rotations import ArraySource, get_kind
     from captioner.world.scenes import CARDS
+    from captioner.world.setting import setting
     from eval.world.chain import (
         ROTATIONS,
         TEXT_ENCODERS,
@@ -42,7 +43,6 @@ def seed_rows(seed: int, draws: int, preset: str = "lab", text=TEXT) -> list[dic
         text_context,
         world_name,
     )
-    from eval.world.setting import setting
 
     st = setting(seed)
     img = world_name("world-image-jepa", preset, seed)

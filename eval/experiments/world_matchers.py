@@ -25,7 +25,7 @@ ORDER = ["paired", "pairfree-disjoint", "auto-disjoint", "rosetta-disjoint", "pa
 
 def run(seed: int = 2, preset: str = "lab") -> dict:
     import eval.world.chain as chain
-    from eval.world.setting import setting
+    from captioner.world.setting import setting
 
     rotations = {**chain.ROTATIONS, **MATCHERS}
     saved, chain.ROTATIONS = chain.ROTATIONS, rotations

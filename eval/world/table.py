@@ -34,9 +34,9 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
+    from captioner.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
     from captioner.world.zeroshot import PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
-    from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
 
     key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
@@ -97,7 +97,7 @@ DISJOINT = ("pairfree-disjoint", "lattice-disjoint")
 
 def _in_world_order(attrs) -> list:
     """The attribute names in the world's order (a JSON round trip of the results may sort the keys)."""
-    from eval.world.setting import ATTRIBUTES
+    from captioner.world.setting import ATTRIBUTES
 
     return sorted(attrs, key=lambda a: ATTRIBUTES.index(a) if a in ATTRIBUTES else len(ATTRIBUTES))
 
@@ -149,7 +149,7 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``).
     ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
     from captioner.paths import atomic_write_json, home
-    from eval.world.setting import disjoint_sides, setting
+    from captioner.world.setting import disjoint_sides, setting
 
     if not seeds:
         raise CaptionerError("world report: give at least one seed")
