@@ -6,10 +6,11 @@ also go to a JSON file.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+import click
 
 
 def collect(runs: Path, dataset: str = "tuxpaint-test") -> list[dict]:
@@ -43,25 +44,21 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+@click.command("summary", help=__doc__)
+@click.option("--runs", default=None, help="default: $CAPTIONER_HOME/runs")
+@click.option("--out", default=None, help="default: <runs>/summary.json")
+@click.pass_context
+def cli(ctx, runs, out):
     from captioner.paths import atomic_write_json, home
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default=None, help="default: $CAPTIONER_HOME/runs")
-    ap.add_argument("--out", default=None, help="default: <runs>/summary.json")
-    a = ap.parse_args(argv)
-    runs = Path(a.runs) if a.runs else home() / "runs"
+    runs = Path(runs) if runs else home() / "runs"
     rows = collect(runs)
     if not rows:
         print(f"no eval runs under {runs}; run `make eval` first", file=sys.stderr)
-        return 1
-    out = Path(a.out) if a.out else runs / "summary.json"
+        ctx.exit(1)
+    out = Path(out) if out else runs / "summary.json"
     atomic_write_json(out, {"dataset": "tuxpaint/test", "captioner": "retrieval", "rows": rows})
     print("Tux Paint test split, retrieval captioner (CIDEr on pycocoevalcap's 0-10 scale and x100 as in papers)")
     print(table(rows))
     print(f"written: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

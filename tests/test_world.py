@@ -383,18 +383,18 @@ def test_world_decode_refuses_an_unknown_input():
 
 
 def test_world_experiments_parse_seeds_and_name_missing_models_in_one_line(tmp_path, monkeypatch, capsys):
-    import argparse
+    import click
 
-    from eval.experiments import seed_list
-    from eval.experiments.world_decode_input import main
+    from eval.cli import main
+    from eval.experiments import SEEDS
 
-    assert seed_list("0,1, 2") == [0, 1, 2]
+    assert SEEDS.convert("0,1, 2", None, None) == [0, 1, 2]
     for bad in ("x", "", "-1"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            seed_list(bad)
+        with pytest.raises(click.BadParameter):
+            SEEDS.convert(bad, None, None)
     monkeypatch.setenv("CAPTIONER_HOME", str(tmp_path / "home"))
     with pytest.raises(SystemExit) as e:
-        main(["--seeds", "0"])
+        main(["experiment", "world-decode-input", "--seeds", "0"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "captioner world train --preset lab --seed 0" in err
 

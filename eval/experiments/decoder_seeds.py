@@ -15,13 +15,13 @@ decoder figure in the docs uses; each other seed trains a decoder of its own int
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+import click
 import numpy as np
 
-from eval.experiments import emit, held_out_captions, run_or_exit, seed_list
+from eval.experiments import SEEDS, emit, held_out_captions
 
 ROTATIONS = ("paired", "head")
 
@@ -80,20 +80,14 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="decoder training seeds, e.g. 0,1,2")
-    ap.add_argument("--split", default="test", choices=("test", "val"))
-    ap.add_argument("--steps", type=int, default=None, help="training steps instead of the preset's")
-    ap.add_argument("--ema", type=float, default=0.0, help="train with a moving average of the weights (decay)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    if a.steps is not None and a.steps < 1:
-        ap.error("--steps must be at least 1")
-    res = run_or_exit(ap, run, a.seeds, a.split, a.steps, ema=a.ema)
-    emit(res, a.out, a.json, table(res))
-
-
-if __name__ == "__main__":
-    main()
+@click.command("decoder-seeds", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True, help="decoder training seeds")
+@click.option("--split", default="test", show_default=True, type=click.Choice(("test", "val")))
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps instead of the preset's")
+@click.option("--ema", type=float, default=0.0, show_default=True,
+              help="train with a moving average of the weights (decay)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, split, steps, ema, as_json, out):
+    res = run(seeds, split, steps, ema=ema)
+    emit(res, out, as_json, table(res))

@@ -23,15 +23,14 @@ Needs the world's models (``captioner world train --preset lab --seed N``); the 
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
-from eval.experiments import emit, run_or_exit, seed_list
+from eval.experiments import SEEDS, emit
 
 INPUTS = ("retrieved", "projection@0.01", "projection@0.03", "projection@0.1", "projection@0.3", "rotation")
 ROTATIONS = ("paired", "lattice-disjoint")
@@ -121,29 +120,23 @@ def table(summ) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+@click.command("world-decode-input", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True)
+@click.option("--preset", default="lab", show_default=True, help="the world models' preset")
+@click.option("--decoders", default=None, help="folder of the report's decoders (default "
+              "$CAPTIONER_HOME/world/report-<preset>)")
+@click.option("--split", default="val", show_default=True, type=click.Choice(("val", "test")),
+              help="val (where the input is chosen) or test (the chosen input, measured once)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, preset, decoders, split, as_json, out):
     from captioner.paths import home
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
-    ap.add_argument("--preset", default="lab", help="the world models' preset (default lab)")
-    ap.add_argument("--decoders", default=None, help="folder of the report's decoders (default "
-                    "$CAPTIONER_HOME/world/report-lab)")
-    ap.add_argument("--split", default="val", choices=("val", "test"),
-                    help="val (where the input is chosen; default) or test (the chosen input, measured once)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    decoders = Path(a.decoders) if a.decoders else home() / "world" / f"report-{a.preset}"
+    decoders = Path(decoders) if decoders else home() / "world" / f"report-{preset}"
     decoders.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in a.seeds for r in run_or_exit(ap, seed_rows, s, decoders, a.preset, split=a.split)]
+    rows = [r for s in seeds for r in seed_rows(s, decoders, preset, split=split)]
     summ = summary(rows)
     res = {"rows": rows, "summary": summ, "seconds": round(time.time() - t0, 1),
            "loadavg": [round(x, 2) for x in os.getloadavg()]}
-    emit(res, a.out, a.json, table(summ))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    emit(res, out, as_json, table(summ))

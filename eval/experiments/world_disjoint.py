@@ -29,13 +29,15 @@ value and far from it in accuracy means the objective prefers a wrong rotation: 
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
+import click
 import numpy as np
+
+from eval.experiments import SEEDS
 
 
 def rake(keys: list, iters: int = 200) -> np.ndarray:
@@ -204,19 +206,13 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--preset", default="lab")
-    ap.add_argument("--no-probe", action="store_true", help="frequencies only (no world models needed)")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
+@click.command("world-disjoint", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True)
+@click.option("--preset", default="lab", show_default=True)
+@click.option("--no-probe", is_flag=True, help="frequencies only (no world models needed)")
+@click.option("--json", "as_json", is_flag=True)
+def cli(seeds, preset, no_probe, as_json):
     t0 = time.time()
-    res = run([int(s) for s in a.seeds.split(",")], a.preset, not a.no_probe)
-    print(json.dumps(res, indent=1) if a.json else table(res))
+    res = run(seeds, preset, not no_probe)
+    print(json.dumps(res, indent=1) if as_json else table(res))
     print(f"{time.time() - t0:.0f} s; load average {res['loadavg']}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -21,11 +21,11 @@ at three skews.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+import click
 import numpy as np
 
 from captioner.world.data import FRACTIONS
@@ -124,20 +124,14 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--noise", type=float, default=0.2, help="Gaussian noise on the whitened codes")
-    ap.add_argument("--auto", action="store_true", help="also the 'auto' matcher on the lab worlds (minutes)")
-    ap.add_argument("--lattice", action="store_true",
-                    help="also the lattice matcher (alignment.lattice) on the lab worlds; it needs noise <= 0.05")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    res = experiment(a.seeds, a.noise, a.auto, a.lattice)
-    emit(res, a.out, a.json, table(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@click.command("world-ideal", help=__doc__)
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--noise", type=float, default=0.2, show_default=True, help="Gaussian noise on the whitened codes")
+@click.option("--auto", is_flag=True, help="also the 'auto' matcher on the lab worlds (minutes)")
+@click.option("--lattice", is_flag=True,
+              help="also the lattice matcher (alignment.lattice) on the lab worlds; it needs noise <= 0.05")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, noise, auto, lattice, as_json, out):
+    res = experiment(seeds, noise, auto, lattice)
+    emit(res, out, as_json, table(res))

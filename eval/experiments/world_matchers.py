@@ -7,11 +7,12 @@ residual, R@1, CIDEr x100 of the retrieved caption and mean zero-shot top-1 (the
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+
+import click
 
 # key -> (rotation kind, options, data, label), as eval.world.chain.ROTATIONS
 MATCHERS = {
@@ -57,18 +58,12 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--preset", default="lab")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run(a.seed, a.preset)
-    print(json.dumps(res, indent=1) if a.json else table(res))
-    print(f"world {a.preset} seed {a.seed}, text JEPA; {res['seconds']} s; load average {res['loadavg']}",
+@click.command("world-matchers", help=__doc__)
+@click.option("--seed", type=int, default=2, show_default=True)
+@click.option("--preset", default="lab", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def cli(seed, preset, as_json):
+    res = run(seed, preset)
+    print(json.dumps(res, indent=1) if as_json else table(res))
+    print(f"world {preset} seed {seed}, text JEPA; {res['seconds']} s; load average {res['loadavg']}",
           file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

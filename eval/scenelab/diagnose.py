@@ -23,11 +23,11 @@ it into pairwise interactions between attributes and the rest (``interaction_fra
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
 
@@ -205,17 +205,12 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None, prog: str | None = None) -> None:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
-    ap.add_argument("--views", type=int, default=8, help="observations averaged per scene (default 8)")
-    ap.add_argument("--json", action="store_true", help="print the JSON as well")
-    a = ap.parse_args(argv)
-    res = run(a.lab, a.views)
-    if a.json:
+@click.command("diagnose", help=__doc__)
+@click.argument("lab", type=click.Path())
+@click.option("--views", type=int, default=8, show_default=True, help="observations averaged per scene")
+@click.option("--json", "as_json", is_flag=True, help="print the JSON as well")
+def cli(lab, views, as_json):
+    res = run(lab, views)
+    if as_json:
         print(json.dumps(res, indent=2))
     print(table(res))
-
-
-if __name__ == "__main__":
-    main()
