@@ -12,8 +12,8 @@ JEPA world's "same scenes" draw (1,000 train renders drawn by the skewed prior, 
 shuffled apart), the world's image JEPA against each text encoder of the world report; a render's hit is a
 caption of its own scene (scenes repeat, so the partner row itself is one of several right answers).
 
-    captioner align diagnose-validate [--no-real] [--n 1000] [--world lab]
-    captioner align cka-table [--split train]
+    python -m eval align diagnose-validate [--no-real] [--n 1000] [--world lab]
+    python -m eval align cka-table [--split train]
 """
 from __future__ import annotations
 

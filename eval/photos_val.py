@@ -26,7 +26,7 @@ Candidates:
 The classifier candidates are measured with the classifier head of each of EfficientNet-Lite0 (the rotations'
 image encoder), -Lite1 and -Lite2, tagged with the encoder's name; the rotation candidates use Lite0.
 
-    python -m eval.photos_val [--split val] [--bank-limit N] [--json] [--out FILE]
+    python -m eval photos-val [--split val] [--bank-limit N] [--json] [--out FILE]
 """
 from __future__ import annotations
 

@@ -102,5 +102,5 @@ def format_markdown(data: dict) -> str:
                      f"{pct(z['chance_top1'])} | {pct(z['majority_top1'])} |")
     d = data["decoder"]
     lines += ["", f"Decoder: preset {d['preset']}, beam {d['beam']}, input = {d['input']} (temperature "
-              f"{d['temperature']}). Reproduce: `captioner report` ({data['seconds']:.0f} s here)."]
+              f"{d['temperature']}). Reproduce: `python -m eval report` ({data['seconds']:.0f} s here)."]
     return "\n".join(lines) + "\n"

@@ -2,7 +2,7 @@
 zero-shot top-1 / top-5 with chance), from the ``metrics.json`` files under ``$CAPTIONER_HOME/runs``; the rows
 also go to a JSON file.
 
-    python -m eval.summary [--runs DIR] [--out FILE]
+    python -m eval summary [--runs DIR] [--out FILE]
 """
 from __future__ import annotations
 

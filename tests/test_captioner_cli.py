@@ -163,7 +163,7 @@ def test_eval_coco_missing_root_is_an_error(capsys, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
 def test_report_writes_markdown_and_json(tmp_path):
-    from eval.cli import cli as eval_cli   # the report is an experiment: python -m eval report
+    from eval.cli import cli as eval_cli  # the report is an experiment: python -m eval report
 
     res = CliRunner().invoke(eval_cli, ["report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path),
                                         "--rotations", "paired,text", "--zeroshot-modes", "paired,cluster", *FAKE],

@@ -246,7 +246,7 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     assert len(res["targets"]["text_jepa_pairfree_vs_paired"]) == 1
     from eval.world.table import world_section
 
-    sec = world_section()                       # what `captioner report` appends
+    sec = world_section()                       # what `python -m eval report` appends
     assert sec.startswith("## The JEPA world") and "| text JEPA (good views) | paired Procrustes |" in sec
 
     # the demo's World tab: a held-out scene, its render, captions through both rotations, its description

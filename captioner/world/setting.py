@@ -46,7 +46,7 @@ DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "voca
 
 # what the decoder reads: "rotation" (the rotated render itself at a caption's radius) or "projection" (DeCap's
 # softmax mean of the bank, temperature 0.03). Chosen on the val split by
-# ``python -m eval.experiments.world_decode_input``: the projection pulls a held-out scene onto the nearest
+# ``python -m eval experiment world-decode-input``: the projection pulls a held-out scene onto the nearest
 # train scenes, so the decoded caption names all five attributes right for ~25 % of val renders where the
 # rotated render itself gives ~97 % (docs/results/world.md).
 DECODE_INPUT = "rotation"

@@ -20,7 +20,7 @@ against a permutation null.
 
 Usage::
 
-    python -m eval.experiments.alignment_realdata [--json] [--out results.json] [--seeds 3]
+    python -m eval experiment alignment-realdata [--json] [--out results.json] [--seeds 3]
 
 Caches come from ``captioner.cache.embed`` (reused from $CAPTIONER_HOME when present).
 """

@@ -9,7 +9,7 @@ the class-name prompt's template ("a photo of a ...") kept, so the two parts of 
 test`` measures the choice once. On val the decoder is trained without the val captions (the pipeline's own
 corpus holds them), so a val run trains a decoder of its own on first use (about 2 minutes).
 
-    python -m eval.experiments.decode_input [--split val|test] [--json] [--out FILE]
+    python -m eval experiment decode-input [--split val|test] [--json] [--out FILE]
 """
 from __future__ import annotations
 

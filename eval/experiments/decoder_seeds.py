@@ -3,7 +3,7 @@
 of the split are scored; the retrieval captions of the same rotations (no decoder, no seed) are the
 reference.
 
-    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--ema DECAY] [--json] [--out FILE]
+    python -m eval experiment decoder-seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--ema DECAY] [--json] [--out FILE]
 
 The pipeline's decoder corpus holds the Tux Paint val captions (``captioner.bank.decoder_corpus``): with
 ``--split val`` every decoder is trained without them (as the test captions always are), so that val can

@@ -3,7 +3,7 @@
 by mutual k-NN with EfficientNet-Lite0 on the same held-out Tux Paint (image, caption) pairs, with the
 permutation null (captions shuffled against images) beside each.
 
-    python -m eval.experiments.jepa_alignment [--steps 300] [--batch-size 64] [--jepa PATH] [--out DIR] [--json]
+    python -m eval experiment jepa-alignment [--steps 300] [--batch-size 64] [--jepa PATH] [--out DIR] [--json]
 """
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """Is the gap between the pair-free matcher and the oracle the matcher's fault, or the data's?
 
-The robustness grid (``python -m eval.matcher_bench --noise 2.0``) compares the matcher's accuracy with the
+The robustness grid (``python -m eval align bench --noise 2.0``) compares the matcher's accuracy with the
 oracle's: one-to-one assignment under the *true* rotation Q. A matcher never sees Q; it fits a rotation to the
 data. On one grid point this experiment takes two answers to their fixed points of the alternation
 "exact one-to-one assignment (``scipy.optimize.linear_sum_assignment``) -> Procrustes on every assigned pair",
@@ -27,7 +27,7 @@ Beside them, ``paired``: the accuracy of one-to-one assignment under the Procrus
 *known* pairs of a fresh draw of the same problem (same basis, Q and noise; ``--paired-n`` rows, N by
 default): what a rotation estimated from that many true pairs reaches on rows it was not fitted on.
 
-    python -m eval.experiments.matcher_ceiling [--n 2000] [--dim 128] [--noise 2.0 ...] [--overlap 1.0 ...]
+    python -m eval experiment matcher-ceiling [--n 2000] [--dim 128] [--noise 2.0 ...] [--overlap 1.0 ...]
         [--seed 0] [--json] [--out FILE]
 """
 from __future__ import annotations

@@ -7,8 +7,8 @@ imports rewritten), in the folder given by ``--baseline-dir``:
 
     git archive main alignment | tar -x -C /tmp/base && mv /tmp/base/alignment /tmp/base/alignment_main
     grep -rl "alignment\\." /tmp/base/alignment_main | xargs sed -i 's/\\bfrom alignment\\./from alignment_main./g'
-    python -m eval.experiments.matcher_repeat --baseline-dir /tmp/base --n 5000 --reps 11
-    python -m eval.experiments.matcher_repeat --baseline-dir /tmp/base --grid ours   # the answers, 48 problems
+    python -m eval experiment matcher-repeat --baseline-dir /tmp/base --n 5000 --reps 11
+    python -m eval experiment matcher-repeat --baseline-dir /tmp/base --grid ours   # the answers, 48 problems
 """
 from __future__ import annotations
 

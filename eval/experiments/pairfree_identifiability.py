@@ -11,7 +11,7 @@ where lower is better for all three: the optimal-assignment cost after the rotat
 (Sinkhorn) cost, and the Gromov-Wasserstein loss of the induced pairing. If the true answer does not score
 lowest, no search over that objective can recover it.
 
-    python -m eval.experiments.pairfree_identifiability [--dim 32] [--json]
+    python -m eval experiment pairfree-identifiability [--dim 32] [--json]
 """
 from __future__ import annotations
 

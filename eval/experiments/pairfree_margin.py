@@ -3,7 +3,7 @@ on the embedded Tux Paint test split for the paired rotation, the two pair-free 
 geometric matcher; ``head``: classifier-head pseudo-pairs) and ``--seeds`` random rotations, whose mean and
 standard deviation give each rotation a z-score against the floor.
 
-    python -m eval.experiments.pairfree_margin [--seeds 10] [--captioner retrieval|decoder] [--prompts captions]
+    python -m eval experiment pairfree-margin [--seeds 10] [--captioner retrieval|decoder] [--prompts captions]
         [--split test|val] [--json] [--out FILE]
 
 CIDEr is pycocoevalcap's (0-10; x100 in the table). The retrieval captioner by default; ``--captioner

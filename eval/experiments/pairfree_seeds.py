@@ -2,7 +2,7 @@
 paired Procrustes: image -> caption R@1 on the Tux Paint test pairs (85) and, for the train images, of
 their own caption among the bank (no pair is used to fit; sample ids only score).
 
-    python -m eval.experiments.pairfree_seeds [--image-encoder efficientnet-lite0] [--text-encoder minilm-l6]
+    python -m eval experiment pairfree-seeds [--image-encoder efficientnet-lite0] [--text-encoder minilm-l6]
 """
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ five attributes right (read with ``captioner.world.scenes.read_caption``), each 
 (x100) against the scenes' clean captions. ``--split test`` measures the same on the test renders, once the
 input is chosen on val. ``eval.world.chain.DECODE_INPUT`` is the winner.
 
-    python -m eval.experiments.world_decode_input [--seeds 0,1,2] [--split val|test] [--decoders DIR] [--json]
+    python -m eval experiment world-decode-input [--seeds 0,1,2] [--split val|test] [--decoders DIR] [--json]
         [--out FILE]
 
 Needs the world's models (``captioner world train --preset lab --seed N``); the decoders are the report's

@@ -25,7 +25,7 @@ pairs, which a pair-free method should find) and at the nearest local minimum fr
 zero-shot top-1 at both, and the matcher "ours" on the same draw. A local minimum well below the oracle's
 value and far from it in accuracy means the objective prefers a wrong rotation: no search can fix that.
 
-    python -m eval.experiments.world_disjoint [--seeds 0,1,2] [--preset lab] [--no-probe] [--json]
+    python -m eval experiment world-disjoint [--seeds 0,1,2] [--preset lab] [--no-probe] [--json]
 """
 from __future__ import annotations
 

@@ -13,7 +13,7 @@ attribute's values at geometric frequencies, one ratio per attribute), or both s
 scenes (``same``). R@1 on the held-out 40 % of scenes: each rotated clean render code against the clean
 caption codes of those scenes (1 / (number of test scenes) by chance).
 
-    python -m eval.experiments.world_ideal [--seeds 3] [--noise 0.2] [--auto] [--lattice] [--json] [--out FILE]
+    python -m eval experiment world-ideal [--seeds 3] [--noise 0.2] [--auto] [--lattice] [--json] [--out FILE]
 
 Worlds: ``lab`` (the report's world: 6 colours x 2 sizes x 3 columns x 3 rows x 3 backgrounds = 324 scenes,
 its prior), ``lab, milder prior`` (more effective scenes a side), and a 3,600-scene world (12 x 3 x 5 x 5 x 4)

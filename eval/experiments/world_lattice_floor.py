@@ -10,7 +10,7 @@ chance), against the correspondence the matcher finds and against random rotatio
 found correspondence scores within the random-correspondence spread carries no alignment the matcher could
 use (the bad-views prediction); one far above it does.
 
-    python -m eval.experiments.world_lattice_floor [--seeds 0,1,2] [--draws 10] [--json]
+    python -m eval experiment world-lattice-floor [--seeds 0,1,2] [--draws 10] [--json]
 
 Needs the world's models for each seed (``captioner world train --preset lab --seed N``).
 """

@@ -3,7 +3,7 @@ with the text JEPA, against paired Procrustes and a random rotation: matcher acc
 residual, R@1, CIDEr x100 of the retrieved caption and mean zero-shot top-1 (the world report's columns,
 ``eval.world.chain``). Needs the world's models (``captioner world train --preset P --seed N``).
 
-    python -m eval.experiments.world_matchers [--seed 2] [--preset lab] [--json]
+    python -m eval experiment world-matchers [--seed 2] [--preset lab] [--json]
 """
 from __future__ import annotations
 

@@ -1,8 +1,8 @@
 """Where a scene-lab run's residual comes from: a decomposition of each JEPA's gap to the latents.
 
-    captioner scenelab diagnose LAB [--views 8] [--json]
+    python -m eval scenelab diagnose LAB [--views 8] [--json]
 
-``LAB`` is a finished ``captioner scenelab --out LAB`` folder (its kept image and text JEPAs). On the
+``LAB`` is a finished ``python -m eval scenelab --out LAB`` folder (its kept image and text JEPAs). On the
 324 held-out scenes, each JEPA's embedding is compared with the whitened latents (``latent_features``)
 in five ways, all held out (fitted on one half of the scenes, scored on the other, as the lab's residual):
 
@@ -123,7 +123,7 @@ def load_kept(lab: Path, kind: str):
     run = kept_run(lab, kind)
     if not (run / "checkpoint.pt").is_file():
         raise CaptionerError(f"scenelab_diagnose: no {kind} checkpoint in {run}; "
-                             f"run `captioner scenelab --out {lab}` first")
+                             f"run `python -m eval scenelab --out {lab}` first")
     enc = load_jepa_encoder(run / "checkpoint.pt")
     return enc.model, enc.cfg
 

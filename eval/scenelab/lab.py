@@ -1,7 +1,7 @@
 """The scene lab's experiment: train an image JEPA (two renders of one scene), a text JEPA (two paraphrases)
 and the next-token baseline (a scene's captions as one document) on the world of ``captioner.world.scenes``,
 and score each text side against the image JEPA (and all against the latents) on held-out pairs.
-``captioner scenelab`` runs ``run_lab``."""
+``python -m eval scenelab`` runs ``run_lab``."""
 from __future__ import annotations
 
 from dataclasses import asdict

@@ -7,7 +7,7 @@ each regulariser this prints the held-out Procrustes residual and mutual 10-NN o
 whitened latents (the theorem's answer) and of the two tables against each other; ``--from-latents`` also
 starts a table at the latents to see whether the objective keeps them.
 
-    captioner scenelab objective [--regs vicreg sigreg] [--steps 2000] [--from-latents] [--json]
+    python -m eval scenelab objective [--regs vicreg --regs sigreg] [--steps 2000] [--from-latents] [--json]
 
 What it separates: a gap between the trained image and text JEPAs that the unlimited encoder does not
 have is the encoders' (capacity, optimisation), not the objective's.

@@ -1,5 +1,5 @@
 """The world's table: every text encoder x rotation over seeds (mean +- std), with the issue's targets
-checked per seed. ``captioner world report`` runs ``world_report``; each seed's rows are kept as a JSON file
+checked per seed. ``python -m eval world report`` runs ``world_report``; each seed's rows are kept as a JSON file
 (reused while the seed's models are the same), so a killed report resumes at the next seed."""
 from __future__ import annotations
 
@@ -230,7 +230,7 @@ def _sides_lines(sides: dict | None) -> list[str]:
     if not sides:
         return []
     lines = ["", "Do the two sides of the disjoint setting show the same world? Without pairs an attribute's values "
-             "are told apart only by their frequencies (`python -m eval.experiments.world_disjoint`):"]
+             "are told apart only by their frequencies (`python -m eval experiment world-disjoint`):"]
     for seed, d in sides.items():
         worst = max(d["tv"], key=d["tv"].get)
         differ = [a for a, ok in d["mode_agrees"].items() if not ok]
@@ -242,7 +242,7 @@ def _sides_lines(sides: dict | None) -> list[str]:
 
 
 def world_section() -> str | None:
-    """The latest ``captioner world report`` table as a Markdown section (for ``captioner report``), or None
+    """The latest ``python -m eval world report`` table as a Markdown section (for ``python -m eval report``), or None
     when no world report exists under the home."""
     from captioner.paths import home
 
@@ -250,5 +250,5 @@ def world_section() -> str | None:
     if not found:
         return None
     res = json.loads(found[-1].read_text())
-    return (f"## The JEPA world (`captioner world report --preset {res['preset']} --seeds "
+    return (f"## The JEPA world (`python -m eval world report --preset {res['preset']} --seeds "
             f"{','.join(map(str, res['seeds']))}`)\n\n" + format_table(res))
