@@ -12,6 +12,8 @@ from pathlib import Path
 
 import click
 
+from captioner.tables import markdown_table
+
 
 def collect(runs: Path, dataset: str = "tuxpaint-test") -> list[dict]:
     """Rows {rotation, captioner, CIDEr, CIDEr_x100, BLEU-4, METEOR, zs_top1, zs_top5, chance_top1, chance_top5}
@@ -32,16 +34,16 @@ def table(rows: list[dict]) -> str:
     def f(v, scale=1.0, nd=1):
         return "-" if v is None else f"{v * scale:.{nd}f}"
 
-    head = ("| rotation | CIDEr (0-10) | CIDEr (x100) | BLEU-4 (x100) | METEOR (x100) | zero-shot top-1 | top-5 | "
-            "chance top-1 / top-5 |")
-    lines = [head, "|---" * 8 + "|"]
+    head = ["rotation", "CIDEr (0-10)", "CIDEr (x100)", "BLEU-4 (x100)", "METEOR (x100)", "zero-shot top-1", "top-5",
+            "chance top-1 / top-5"]
+    body = []
     for r in rows:
         c = r.get("retrieval", {})
         z = r.get("zeroshot", {})
-        lines.append(f"| {r['rotation']} | {f(c.get('CIDEr'), nd=3)} | {f(c.get('CIDEr_x100'))} | "
-                     f"{f(c.get('BLEU-4'), 100)} | {f(c.get('METEOR'), 100)} | {f(z.get('top1'), nd=3)} | "
-                     f"{f(z.get('top5'), nd=3)} | {f(z.get('chance_top1'), nd=3)} / {f(z.get('chance_top5'), nd=3)} |")
-    return "\n".join(lines)
+        body.append([r["rotation"], f(c.get("CIDEr"), nd=3), f(c.get("CIDEr_x100")), f(c.get("BLEU-4"), 100),
+                     f(c.get("METEOR"), 100), f(z.get("top1"), nd=3), f(z.get("top5"), nd=3),
+                     f"{f(z.get('chance_top1'), nd=3)} / {f(z.get('chance_top5'), nd=3)}"])
+    return markdown_table(head, body, compact=True)
 
 
 @click.command("summary", help=__doc__)

@@ -21,6 +21,7 @@ import time
 import click
 import numpy as np
 
+from captioner.tables import markdown_table
 from eval.experiments import SEEDS, emit, held_out_captions
 
 ROTATIONS = ("paired", "head")
@@ -66,17 +67,15 @@ def summarise(rows: list[dict]) -> dict:
 def table(res: dict) -> str:
     r = res["retrieval"]
     lines = [f"Decoder CIDEr x100 by training seed, {res['dataset']} ({res['n_images']} images), "
-             f"steps: {res['steps']}, ema: {res.get('ema') or 'off'}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", "",
-             "| decoder seed | paired | head (no pair) | head / paired decoder | head / paired retrieval |",
-             "|---|---|---|---|---|"]
-    for row in res["decoder"]:
-        lines.append(f"| {row['seed']} | {row['paired']:.1f} | {row['head']:.1f} | "
-                     f"{100 * row['head'] / row['paired']:.0f} % | {100 * row['head'] / r['paired']:.0f} % |")
+             f"steps: {res['steps']}, ema: {res.get('ema') or 'off'}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", ""]
+    rows = [[row["seed"], f"{row['paired']:.1f}", f"{row['head']:.1f}", f"{100 * row['head'] / row['paired']:.0f} %",
+             f"{100 * row['head'] / r['paired']:.0f} %"] for row in res["decoder"]]
     s = res["summary"]
-    lines.append(f"| mean ± sd | {s['paired']['mean']:.1f} ± {s['paired']['sd']:.1f} | "
-                 f"{s['head']['mean']:.1f} ± {s['head']['sd']:.1f} | "
-                 f"{100 * s['head']['mean'] / s['paired']['mean']:.0f} % | "
-                 f"{100 * s['head']['mean'] / r['paired']:.0f} % |")
+    rows.append(["mean ± sd", f"{s['paired']['mean']:.1f} ± {s['paired']['sd']:.1f}",
+                 f"{s['head']['mean']:.1f} ± {s['head']['sd']:.1f}",
+                 f"{100 * s['head']['mean'] / s['paired']['mean']:.0f} %", f"{100 * s['head']['mean'] / r['paired']:.0f} %"])
+    lines.append(markdown_table(["decoder seed", "paired", "head (no pair)", "head / paired decoder",
+                                 "head / paired retrieval"], rows, compact=True))
     return "\n".join(lines)
 
 

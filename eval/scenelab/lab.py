@@ -9,6 +9,7 @@ from dataclasses import asdict
 import numpy as np
 
 from captioner.jepa.embed import _embed_uint8, embed_images, embed_texts
+from captioner.tables import markdown_table
 from captioner.world.recipe import (  # noqa: F401  (the lab's names, as before the recipe moved)
     RESTART_SEED_STEP,
     LabConfig,
@@ -118,13 +119,11 @@ def run_lab(cfg: LabConfig | None = None, out=None, progress: bool = True) -> di
 def format_table(res: dict) -> str:
     """Markdown table of ``run_lab``'s result."""
     k = res["k"]
-    lines = [f"| representation | views | vs | mutual {k}-NN | Procrustes residual | mutual {k}-NN vs latents "
-             "| residual vs latents |", "| --- | --- | --- | ---: | ---: | ---: | ---: |"]
-    for r in res["rows"]:
-        lat = (f"{r['mutual_knn_latents']:.3f} | {r['procrustes_residual_latents']:.3f}"
-               if "mutual_knn_latents" in r else "- | -")
-        lines.append(f"| {r['side']} | {r['views']} | {r['vs']} | {r['mutual_knn']:.3f} | "
-                     f"{r['procrustes_residual']:.3f} | {lat} |")
+    rows = [[r["side"], r["views"], r["vs"], f"{r['mutual_knn']:.3f}", f"{r['procrustes_residual']:.3f}",
+             *((f"{r['mutual_knn_latents']:.3f}", f"{r['procrustes_residual_latents']:.3f}")
+               if "mutual_knn_latents" in r else ("-", "-"))] for r in res["rows"]]
+    lines = [markdown_table(["representation", "views", "vs", f"mutual {k}-NN", "Procrustes residual",
+                             f"mutual {k}-NN vs latents", "residual vs latents"], rows, align="lllrrrr")]
     ceiling = (f", ceiling (the latents vs a rotation of them + 1% noise) = {res['mutual_knn_ceiling']:.3f}"
                if "mutual_knn_ceiling" in res else "")
     lines.append(f"\n{res['n_test']} held-out scenes (distinct), chance mutual {k}-NN = "
