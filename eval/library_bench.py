@@ -16,7 +16,7 @@ that a hand-written kernel is kept only where the table shows it as good and fas
 
 faiss is optional (``pip install faiss-cpu``); its rows say "not installed" without it.
 
-    python -m eval.library_bench [--quick] [--out FILE]
+    python -m eval align libraries [--quick] [--out FILE]
 """
 from __future__ import annotations
 
@@ -24,7 +24,6 @@ import json
 import os
 import time
 
-import click
 import numpy as np
 
 
@@ -218,17 +217,3 @@ def table(res: dict) -> str:
                      f"{r['quality']:.4g} | {r['measure']} | {r.get('note', '')} |")
     lines.append(f"\n{res['seconds']} s on {res['cpus']} CPUs, load {tuple(round(v, 2) for v in res['loadavg'])}")
     return "\n".join(lines)
-
-
-@click.command("library-bench")
-@click.option("--quick", is_flag=True, help="Smaller sizes (a few seconds).")
-@click.option("--out", type=click.Path(dir_okay=False), help="Write the JSON here too.")
-def cli(quick, out):
-    """The field's libraries (faiss, POT, scipy) against the matchers' own kernels: JSON, then a table."""
-    res = run(quick, out)
-    click.echo(json.dumps(res))
-    click.echo(table(res))
-
-
-if __name__ == "__main__":
-    cli()

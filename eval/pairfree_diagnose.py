@@ -12,8 +12,8 @@ JEPA world's "same scenes" draw (1,000 train renders drawn by the skewed prior, 
 shuffled apart), the world's image JEPA against each text encoder of the world report; a render's hit is a
 caption of its own scene (scenes repeat, so the partner row itself is one of several right answers).
 
-    captioner align diagnose-validate [--no-real] [--n 1000] [--world lab]
-    captioner align cka-table [--split train]
+    python -m eval align diagnose-validate [--no-real] [--n 1000] [--world lab]
+    python -m eval align cka-table [--split train]
 """
 from __future__ import annotations
 
@@ -85,9 +85,9 @@ def outcome(X, Y, true, seed: int = 0, label=None) -> dict:
 
 def world_cases(preset: str = "lab", seeds=(0, 1, 2), n: int = 1000):
     """(name, "world", X, Y, true, scene label of each Y row) for each seed x text encoder of the world report."""
+    from captioner.world.setting import setting
     from eval.world.chain import TEXT_ENCODERS as WORLD_TEXT
     from eval.world.chain import embed, world_name
-    from eval.world.setting import setting
 
     for seed in seeds:
         st = setting(seed)

@@ -103,8 +103,8 @@ def test_world_cases_pair_each_render_with_a_caption_of_its_scene(monkeypatch):
     """diagnose-validate --world: Y is shuffled apart, ``true`` finds each render's caption row again, and
     that row's label is the render's scene (embeddings stubbed: only the bookkeeping is checked here)."""
     import eval.world.chain as chain
+    from captioner.world.setting import setting
     from eval.pairfree_diagnose import world_cases
-    from eval.world.setting import setting
 
     monkeypatch.setattr(chain, "embed", lambda name, items, device="cpu": np.zeros((len(list(items)), 4)))
     got = list(world_cases("quick", seeds=(0,), n=50))
