@@ -191,7 +191,7 @@ def lap_rows(n: int, dim: int = 32, k: int = 10, seed: int = 0) -> list[dict]:
 
 def run(quick: bool = False, out=None) -> dict:
     t0 = time.time()
-    sizes = (20000,) if quick else (20000, 200000)
+    sizes = (20000,) if quick else (20000, 100000)
     rows = []
     for n in sizes:
         rows += knn_rows(n)
