@@ -164,3 +164,12 @@ def is_text_model(path: str) -> bool:
     """True when the folder holds a text model (has a tokenizer, no vision config)."""
     p = Path(path)
     return (p / "tokenizer_config.json").exists() or (p / "tokenizer.json").exists()
+
+
+# registry loaders (``captioner.encoders.registry``): ``arg`` is the hub id or path after the prefix
+def load_hf_image(arg: str, device: str = "cpu", name: str | None = None, **kw) -> HFImageEncoder:
+    return HFImageEncoder(arg, device=device, name=name, **kw)
+
+
+def load_hf_text(arg: str, device: str = "cpu", name: str | None = None, **kw) -> HFTextEncoder:
+    return HFTextEncoder(arg, device=device, name=name, **kw)

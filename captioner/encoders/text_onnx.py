@@ -172,3 +172,8 @@ class MiniLML6(Encoder):
         for i in range(0, len(batch), 64):  # pads to the longest of 64, not of the whole list
             out.append(m.session().run(None, self._feeds(tok, batch[i:i + 64]))[0])
         return np.concatenate(out)
+
+
+def load_minilm_l6(arg: str, device: str = "cpu", name: str | None = None, **kw) -> MiniLML6:
+    """Registry loader of ``minilm-l6`` (``captioner.encoders.registry``)."""
+    return MiniLML6(device=device, **kw)
