@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from captioner.datasets import dataset_names
 from captioner.errors import CaptionerError
 from captioner.rotations import ALL as ROTATIONS
 
@@ -83,7 +84,7 @@ def cli():
                    "rotated query; see --decode-input).")
 @click.option("--coco-root", type=click.Path(), default=None,
               help="COCO folder with dataset_coco.json (Karpathy split) and the images; default: Tux Paint test.")
-@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "world"]), default="tuxpaint", show_default=True,
+@click.option("--dataset", "-d", type=click.Choice(dataset_names("coco")), default="tuxpaint", show_default=True,
               help="world: the JEPA world's held-out scenes, with its trained JEPAs (`captioner world train`) in place "
                    "of the encoder options.")
 @click.option("--world-seed", default=0, show_default=True, help="--dataset world: the world seed.")
@@ -176,7 +177,7 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
 
 
 @cli.command("zeroshot")
-@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100", "world"]), default="tuxpaint",
+@click.option("--dataset", "-d", type=click.Choice(dataset_names("zeroshot")), default="tuxpaint",
               show_default=True, help="world: each attribute of the JEPA world's held-out renders, with its trained "
                                       "JEPAs in place of the encoder options.")
 @click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")
