@@ -191,7 +191,7 @@ class LinearMap:
         """
         side, arr_path = _find_files(path)
         meta, arrays = _read_files(side, arr_path)
-        klass = _CLASSES.get(meta.get("class"), cls)
+        klass = MAP_CLASSES.get(meta.get("class"), cls)
         known = {"format", "class", "method", "dim_x", "dim_y", "dim", "scale", "orthogonal", "arrays",
                  "arrays_sha256"}
         try:
@@ -331,7 +331,7 @@ class HeadQueryMap(Rotation):
     __call__ = transform
 
 
-_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap, "HeadQueryMap": HeadQueryMap}
+MAP_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap, "HeadQueryMap": HeadQueryMap}
 
 
 def load_map(path, **kw) -> LinearMap:

@@ -8,7 +8,7 @@ import numpy as np
 
 from alignment._checks import as_matrix, blas_threads, in_parallel, work_threads
 from alignment.errors import AlignmentError
-from alignment.procrustes import Rotation, _svd, pca
+from alignment.procrustes import Rotation, pca, svd
 
 
 @dataclass
@@ -39,7 +39,7 @@ class MatchResult:
 
 
 @dataclass
-class _Prep:
+class Prep:
     A: np.ndarray  # (N1, d) X in its own principal axes, unit total variance
     B: np.ndarray  # (N2, d)
     var_a: np.ndarray  # (d,)
@@ -56,7 +56,7 @@ class _Prep:
 PREP_CHUNK = 8192
 
 
-def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> _Prep:
+def prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> Prep:
     X = as_matrix(X, "X", min_rows=3)
     Y = as_matrix(Y, "Y", min_rows=3)
     n1, D1 = X.shape
@@ -74,7 +74,7 @@ def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None,
         (A, va, mx, Vx, sx), (B, vb, my, Vy, sy) = in_parallel(
             [lambda Z=Z: _pca_side(Z, d, normalize, rows_l2, chunk or PREP_CHUNK) for Z in (X, Y)],
             2 if split else 1)
-    return _Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
+    return Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
 
 
 def _pca_side(X, d, normalize, rows_l2, chunk):
@@ -138,7 +138,7 @@ def _pca_side(X, d, normalize, rows_l2, chunk):
     return P, var, mean, V, scale
 
 
-def _rotation_from(prep: _Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
+def rotation_from(prep: Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
     """Wrap a (d, d) rotation between the PCA bases as a map from X's raw space to Y's raw space."""
     s = prep.sy / prep.sx * scale_fit
     Vx, Vy = prep.Vx.astype(np.float32), prep.Vy.astype(np.float32)
@@ -149,14 +149,14 @@ def _rotation_from(prep: _Prep, R: np.ndarray, method: str, scale_fit: float = 1
                     Vx, Vy, float(s), meta or {})
 
 
-def _procrustes(A, B, w=None):
+def weighted_procrustes(A, B, w=None):
     """R (m, m) orthogonal minimising sum_i w_i ||A_i R - B_i||^2 (rows already paired)."""
     M = (A.T * w) @ B if w is not None else A.T @ B
-    U, _, Vt = _svd(M.astype(np.float64))
+    U, _, Vt = svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
 
 
-def _cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
+def cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
     """A[ok]^T B[perm[ok]] (d, d) summed in float64 over blocks of ``chunk`` rows (no N x d gather)."""
     M = np.zeros((A.shape[1], B.shape[1]))
     for s in range(0, len(A), chunk):  # blocks of a few MB: reused memory, not fresh pages
@@ -185,3 +185,8 @@ def check_seeds(seeds, n1: int, n2: int):
         if len(np.unique(S[:, c])) != len(S):
             raise AlignmentError(f"seeds name a row of {side} twice; a seed pair is one-to-one")
     return S[:, 0].astype(np.int64), S[:, 1].astype(np.int64)
+
+
+# The names these had before they were public, for the modules still importing them (alignment.pairfree,
+# starts, rosetta): drop once those import the public names.
+_Prep, _prepare, _rotation_from, _procrustes, _cross_cov = Prep, prepare, rotation_from, weighted_procrustes, cross_cov

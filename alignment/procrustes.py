@@ -20,16 +20,7 @@ import numpy as np
 
 from alignment._checks import as_matrix, blas_threads, check_pair, float_dtype
 from alignment.errors import AlignmentError
-from alignment.maps import (  # noqa: F401  (re-exported: this module's public names before the split)
-    _CLASSES,
-    FINGERPRINT_FIELDS,
-    FORMAT_VERSION,
-    LinearMap,
-    RidgeMap,
-    Rotation,
-    jsonable,
-    load_map,
-)
+from alignment.maps import RidgeMap, Rotation
 
 
 # ----------------------------------------------------------------------------------------------- core math
@@ -49,7 +40,7 @@ def orthogonal_procrustes(A, B, check: bool = True):
     if check:
         A, B = check_pair(A, B, ("A", "B"), allow_constant=True)
     M = A.T @ B  # (Dx, Dy): the only pass over the N rows
-    U, s, Vt = _svd(M)
+    U, s, Vt = svd(M)
     return U @ Vt, float(s.sum())
 
 
@@ -153,7 +144,7 @@ def fit_procrustes(X, Y, center: bool = True, scale: bool = False, dim: int | No
             M = ((X - mx.astype(dt)).T @ (Y - my.astype(dt))).astype(np.float64)  # cancellation: be exact
         nxm, nym = n * float(mx @ mx), n * float(my @ my)
         sums = lambda: (_sq(X) - nxm, _sq(Y) - nym, _sq(Y) - nym)  # noqa: E731
-    U, sv, Vt = _svd(M.astype(dt) if M.shape[0] > 256 else M)
+    U, sv, Vt = svd(M.astype(dt) if M.shape[0] > 256 else M)
     R = (U @ Vt).astype(dt)
     sv_sum = float(sv.sum())
     info = {"n_pairs": int(n), "center": center, "fit_scale": bool(scale),
@@ -179,15 +170,16 @@ def _sq(A) -> float:
     return float(np.einsum("ij,ij->", A, A, dtype=np.float64))
 
 
-def _svd(M):
+def svd(M):
     """Thin SVD; scipy's gesdd is about twice as fast as numpy's wrapper here."""
-    from scipy.linalg import LinAlgError, svd
+    from scipy.linalg import LinAlgError
+    from scipy.linalg import svd as scipy_svd
 
     with blas_threads(1):
         try:
-            return svd(M, full_matrices=False, check_finite=False, lapack_driver="gesdd")
+            return scipy_svd(M, full_matrices=False, check_finite=False, lapack_driver="gesdd")
         except LinAlgError:  # gesdd can fail to converge on nasty inputs; gesvd is slower and sturdier
-            return svd(M, full_matrices=False, check_finite=False, lapack_driver="gesvd")
+            return scipy_svd(M, full_matrices=False, check_finite=False, lapack_driver="gesvd")
 
 
 def fit_ridge(X, Y, alpha: float | None = None, center: bool = True, **meta) -> RidgeMap:
@@ -254,3 +246,6 @@ def fit_random(X, Y, dim: int | None = None, seed: int = 0, center: bool = True,
     R = random_orthogonal(d, seed, dt)
     meta = {**meta, "fit": {**meta.get("fit", {}), "seed": int(seed), "center": center}}
     return Rotation("random", mx, my, R, px, py, 1.0, meta)
+
+
+_svd = svd  # the name before it was public (alignment.pairfree, rosetta, lattice import it): drop once they don't

@@ -243,7 +243,7 @@ class Pipeline(DecoderParts, ZeroShotParts):
     def rotation(self, kind: str = "paired"):
         """The map ``kind`` (a ``captioner.rotations`` kind), loaded from its cache file or fitted and saved."""
         from alignment.errors import AlignmentError, MismatchError
-        from alignment.procrustes import load_map
+        from alignment.maps import load_map
         from captioner.rotations import get_kind
 
         kind = get_kind(kind).name
@@ -413,7 +413,7 @@ def _load_or_heal(path: Path, fx: dict, fy: dict):
     """The cached map at ``path``; None when there is none, or when it was damaged (then it is moved aside,
     named in one line, to be fitted again)."""
     from alignment.errors import AlignmentError, MismatchError
-    from alignment.procrustes import load_map
+    from alignment.maps import load_map
 
     side = path.with_suffix(".json")
     if not (path.exists() and side.exists()):

@@ -253,7 +253,7 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
     with _user_errors():
         rot = None
         if rotation:  # checked first: a map for other encoders should fail before any scoring work
-            from alignment.procrustes import load_map
+            from alignment.maps import load_map
 
             rot = load_map(rotation, x_encoder=img.meta.get("encoder"), y_encoder=txt.meta.get("encoder"))
         X, Y, sids = _pairs(img, txt, reduce)
