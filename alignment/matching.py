@@ -40,6 +40,16 @@ class MatchResult:
 
 @dataclass
 class Prep:
+    """Both clouds centred, scaled to unit total variance and put in their own principal axes.
+
+    Attributes
+    ----------
+    A : (N1, d) X in its principal axes; B : (N2, d) Y in its
+    var_a, var_b : (d,) the variance along each axis
+    mx : (D1,), my : (D2,) the means removed
+    Vx : (D1, d), Vy : (D2, d) the principal axes
+    sx, sy : the total standard deviation removed from each side
+    """
     A: np.ndarray  # (N1, d) X in its own principal axes, unit total variance
     B: np.ndarray  # (N2, d)
     var_a: np.ndarray  # (d,)
@@ -57,6 +67,20 @@ PREP_CHUNK = 8192
 
 
 def prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> Prep:
+    """Centre, scale and PCA both clouds (blockwise above ``chunk`` rows) for a matcher.
+
+    Parameters
+    ----------
+    X : (N1, D1), Y : (N2, D2), at least 3 rows each
+    dim : principal axes kept per side, d (None: min(D1, D2))
+    normalize : scale each side to unit total variance
+    rows_l2 : L2-normalise the rows first (cosine geometry)
+    chunk : rows per block (default ``PREP_CHUNK``); threads : worker threads
+
+    Returns
+    -------
+    Prep (``A`` (N1, d), ``B`` (N2, d), the means, axes and scales to map back)
+    """
     X = as_matrix(X, "X", min_rows=3)
     Y = as_matrix(Y, "Y", min_rows=3)
     n1, D1 = X.shape
@@ -139,7 +163,20 @@ def _pca_side(X, d, normalize, rows_l2, chunk):
 
 
 def rotation_from(prep: Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
-    """Wrap a (d, d) rotation between the PCA bases as a map from X's raw space to Y's raw space."""
+    """Wrap a rotation between the PCA bases as a map from X's raw space to Y's.
+
+    Parameters
+    ----------
+    prep : the :class:`Prep` the rotation was found in
+    R : (d, d) orthogonal, ``prep.A @ R ~ prep.B``
+    method : the map's method name (stored)
+    scale_fit : a scale found on top of the sides' own (1: none)
+    meta : stored in the map's metadata
+
+    Returns
+    -------
+    Rotation: ``transform`` maps (N, D1) -> (N, D2)
+    """
     s = prep.sy / prep.sx * scale_fit
     Vx, Vy = prep.Vx.astype(np.float32), prep.Vy.astype(np.float32)
     if Vx.shape[0] == Vx.shape[1] and Vy.shape[0] == Vy.shape[1]:  # square bases: fold them into R
@@ -150,14 +187,36 @@ def rotation_from(prep: Prep, R: np.ndarray, method: str, scale_fit: float = 1.0
 
 
 def weighted_procrustes(A, B, w=None):
-    """R (m, m) orthogonal minimising sum_i w_i ||A_i R - B_i||^2 (rows already paired)."""
+    """The orthogonal R minimising sum_i w_i ||A_i R - B_i||^2 over paired rows.
+
+    Parameters
+    ----------
+    A : (n, m), B : (n, m) rows already paired
+    w : (n,) non-negative weights, or None (all 1)
+
+    Returns
+    -------
+    np.ndarray, shape (m, m), float32
+    """
     M = (A.T * w) @ B if w is not None else A.T @ B
     U, _, Vt = svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
 
 
 def cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
-    """A[ok]^T B[perm[ok]] (d, d) summed in float64 over blocks of ``chunk`` rows (no N x d gather)."""
+    """A[ok]^T B[perm[ok]] summed in float64 over blocks of ``chunk`` rows (no N x d gather).
+
+    Parameters
+    ----------
+    A : (N1, d), B : (N2, d)
+    perm : (N1,) the row of B matched to each row of A
+    ok : (N1,) bool, the rows of A to count
+    chunk : rows per block
+
+    Returns
+    -------
+    np.ndarray, shape (d, d), float64
+    """
     M = np.zeros((A.shape[1], B.shape[1]))
     for s in range(0, len(A), chunk):  # blocks of a few MB: reused memory, not fresh pages
         o = ok[s:s + chunk]

@@ -78,7 +78,18 @@ def pca(Xc: np.ndarray, d: int):
 
 
 def random_orthogonal(d: int, seed: int = 0, dtype=np.float64) -> np.ndarray:
-    """A Haar-distributed random (d, d) orthogonal matrix (QR of a Gaussian with the sign fix)."""
+    """A Haar-distributed random orthogonal matrix (QR of a Gaussian with the sign fix).
+
+    Parameters
+    ----------
+    d : the size
+    seed : the generator's seed (same seed, same matrix)
+    dtype : the result's dtype
+
+    Returns
+    -------
+    np.ndarray, shape (d, d), with ``R.T @ R == I`` to rounding
+    """
     rng = np.random.default_rng(seed)
     with blas_threads(1):
         Qm, Rm = np.linalg.qr(rng.standard_normal((d, d)))
@@ -171,7 +182,16 @@ def _sq(A) -> float:
 
 
 def svd(M):
-    """Thin SVD; scipy's gesdd is about twice as fast as numpy's wrapper here."""
+    """Thin SVD through scipy's gesdd (about twice as fast as numpy's wrapper here; gesvd when it fails).
+
+    Parameters
+    ----------
+    M : (m, n) array
+
+    Returns
+    -------
+    U : (m, k), s : (k,), Vt : (k, n) with k = min(m, n) and ``M = U @ diag(s) @ Vt``
+    """
     from scipy.linalg import LinAlgError
     from scipy.linalg import svd as scipy_svd
 
@@ -228,7 +248,17 @@ def fit_ridge(X, Y, alpha: float | None = None, center: bool = True, **meta) -> 
 def fit_random(X, Y, dim: int | None = None, seed: int = 0, center: bool = True, **meta) -> Rotation:
     """The floor: centring and per-side PCA as in the fitted maps, but a Haar-random rotation between them.
 
-    X : (N_x, D_x), Y : (N_y, D_y); no pairing is used (only each side's mean and axes).
+    Parameters
+    ----------
+    X : (N_x, D_x), Y : (N_y, D_y); no pairing is used (only each side's mean and principal axes)
+    dim : the shared dimension (default min(D_x, D_y) when they differ, else no projection)
+    seed : the rotation's seed
+    center : subtract each side's mean first
+    **meta : stored in the map's metadata
+
+    Returns
+    -------
+    Rotation, method "random": ``transform`` maps (N, D_x) -> (N, D_y)
     """
     X = as_matrix(X, "X", min_rows=2)
     Y = as_matrix(Y, "Y", min_rows=2)
