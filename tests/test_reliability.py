@@ -373,7 +373,7 @@ def test_demo_decodes_at_most_two_images_at_once(monkeypatch):
         return Image.new("RGB", (4, 4))
 
     monkeypatch.setattr(images, "load_image", slow_load)
-    ts = [threading.Thread(target=demo._decode_image, args=(Image.new("RGB", (4, 4)),)) for _ in range(6)]
+    ts = [threading.Thread(target=demo.decode_image, args=(Image.new("RGB", (4, 4)),)) for _ in range(6)]
     for t in ts:
         t.start()
     for t in ts:

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import click
 
+from captioner.captioners import captioner_names
 from captioner.datasets import dataset_names
 from captioner.errors import CaptionerError
 from captioner.rotations import ALL as ROTATIONS
@@ -79,7 +80,7 @@ def cli():
 @cli.command("coco")
 @click.option("--rotation", "-r", type=click.Choice(ROTATION_CHOICES), default="paired", show_default=True,
               help="text = the text-only ceiling (each image's own reference caption embedding as the query).")
-@click.option("--captioner", "-c", type=click.Choice(["retrieval", "decoder"]), default="retrieval",
+@click.option("--captioner", "-c", type=click.Choice(captioner_names(uses_rotation=True)), default="retrieval",
               show_default=True, help="decoder = the text-only decoder, reading DeCap's projection onto the bank (the head map: its "
                    "rotated query; see --decode-input).")
 @click.option("--coco-root", type=click.Path(), default=None,
