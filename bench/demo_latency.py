@@ -203,7 +203,7 @@ def main(argv=None):
         from captioner.decoder import load_decoder
 
         # the pipeline has no public hook for a ready decoder; this is a benchmark, so set its slot
-        pipe._decoder = load_decoder(args.decoder, text_encoder=pipe.encoder("text").fingerprint())
+        pipe.decoding.use(load_decoder(args.decoder, text_encoder=pipe.encoder("text").fingerprint()))
     if "decoded" in mode_names:
         pipe.warmup()  # builds everything, the decoder included (trained on first use: minutes)
     paths = example_images()

@@ -95,7 +95,7 @@ class PipelineSource:
         return self.pipe.train_pairs()[:2]
 
     def images(self):
-        return self.pipe._train_images()
+        return self.pipe.train_images()
 
     def texts(self):
         return self.pipe.bank().E
@@ -107,7 +107,7 @@ class PipelineSource:
         return self.pipe.encoder("text")
 
     def log(self, msg: str) -> None:
-        self.pipe._log(msg)
+        self.pipe.log(msg)
 
 
 @dataclass
