@@ -14,7 +14,7 @@ CAUSAL_TYPES = {"llama", "gpt2", "qwen2", "qwen3", "mistral", "gemma", "gemma2",
                 "gpt_neox", "opt", "bloom", "falcon", "olmo", "olmo2", "smollm3"}
 
 
-def _weights_hash(path: str) -> str:
+def hash_weights_at(path: str) -> str:
     files = [f for pat in ("*.safetensors", "*.bin", "*.gguf", "*.onnx") for f in glob.glob(os.path.join(path, pat))]
     return hash_files(files) if files else "unhashed:" + os.path.basename(os.path.normpath(path))
 
@@ -85,7 +85,7 @@ class HFImageEncoder(Encoder):
         self.dtype = getattr(torch, dtype)
 
     def weights_hash(self):
-        return _weights_hash(self.path)
+        return hash_weights_at(self.path)
 
     def extra_fingerprint(self):
         return {"size": self.size, "resize": self.resize}
@@ -140,7 +140,7 @@ class HFTextEncoder(Encoder):
         self.pooling = "mean" if layer == -1 else f"mean-layer{layer}"
 
     def weights_hash(self):
-        return _weights_hash(self.path)
+        return hash_weights_at(self.path)
 
     def extra_fingerprint(self):
         return {"layer": self.layer, "normalize": self.normalize, "max_length": self.max_length}
