@@ -1,8 +1,11 @@
-"""Encoder registry: ``get_encoder(name) -> Encoder`` with ``encode(batch) -> (N, D) float32``.
+"""Encoders: ``get_encoder(name) -> Encoder`` with ``encode(batch) -> (N, D) float32``.
 
-Names: the embedded offline encoders (``efficientnet-lite0`` / ``-lite1`` / ``-lite2``, with ``@k`` for the
-mean-pooled output of MBConv block k; ``minilm-l6``, ``minilm-l3``, ``mpnet``, ``smollm2-135m``), ``hf-image:<hub id or path>``, ``hf-text:<hub id or path>``, and
-``jepa:<checkpoint path>`` for encoders trained by ``captioner train``.
+The names are those of the registry (``captioner.encoders.registry.ENCODERS``, one ``EncoderSpec`` each):
+the embedded offline encoders (``efficientnet-lite0`` / ``-lite1`` / ``-lite2``, with ``@k`` for the
+mean-pooled output of MBConv block k; ``minilm-l6``, ``minilm-l3``, ``mpnet``, ``smollm2-135m``), the JEPA
+world's ``world-*``, and the prefixes ``hf-image:<hub id or path>``, ``hf-text:<hub id or path>`` and
+``jepa:<checkpoint path>`` for encoders trained by ``captioner train``. ``?key=value&...`` after a name
+passes options to its loader.
 """
 from __future__ import annotations
 
