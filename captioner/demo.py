@@ -188,10 +188,7 @@ class DemoHandlers:
             line of milliseconds; ``status``: empty on success, else the reason nothing was captioned.
         """
         try:
-            try:
-                kind = get_captioner(captioner, known=self.captioners)
-            except CaptionerError as e:
-                raise DemoInputError(str(e)) from None
+            kind = get_captioner(captioner, known=self.captioners)  # a CaptionerError: one line on the page
             rotation = self._rotation(rotation)
             k = self._top_k(top_k)
             im, decode_ms = decode_image(image)
