@@ -12,7 +12,7 @@ rests on signals that need none:
 | ``distances`` | 1 - Kolmogorov-Smirnov distance between the two distributions of pairwise cosine distances, each divided by its median (rotation and scale invariant) | no |
 | ``knn_graph`` | 1 - KS distance between the two distributions of a point's k-NN distance ratio d_1 / d_k (local density shape) | no |
 | ``stability`` | the matcher run on ``restarts`` bootstrap subsamples of both sides: mean cosine between the directions each answer maps the same X rows to (1: the same rotation every time; ~0: unrelated rotations) | no |
-| ``surrogate_margin`` | the matcher's own score (mutual-NN rate) on (X, Y) minus its score on (X, a Gaussian cloud with Y's spectrum): structure the matcher locks onto beyond what a spectrum alone gives; when a side repeats points (the JEPA world's scenes), both scores are taken between distinct points and the surrogate repeats its points as Y does | no |
+| ``surrogate_margin`` | the matched cosine of the matcher's answer on (X, Y) minus the same on (X, a Gaussian cloud with Y's spectrum): structure the matcher locks onto beyond what a spectrum alone gives; the matched cosine (:func:`matched_cosine`) is the mean cosine of the Hungarian assignment between the mapped X and Y, the same for every matcher; when a side repeats points (the JEPA world's scenes), both scores are taken between distinct points and the surrogate repeats its points as Y does | no |
 
 The verdict is "feasible" when the bootstrap answers agree (``stability`` >= ``STABLE``) and the matcher's
 score stands above the surrogate (``surrogate_margin`` >= ``MARGIN``); with pairs, "feasible" also needs the
@@ -29,7 +29,7 @@ from alignment._checks import as_matrix
 from alignment.errors import AlignmentError
 
 STABLE = 0.25  # bootstrap answers must agree at least this much (mean cosine of the mapped directions)
-MARGIN = 0.03  # the matcher's mutual-NN score must beat its score on a spectrum-only surrogate by this much
+MARGIN = 0.03  # the matched cosine of the answer must beat the one on a spectrum-only surrogate by this much
 CKA_OK = 0.6  # unbiased CKA from which the paired signal calls a pair-free match feasible (Schnaus et al.: 0.66 works, 0.47 fails)
 
 
@@ -143,16 +143,35 @@ def _mapped_directions(rot, Xq) -> np.ndarray:
     return Z / np.maximum(np.linalg.norm(Z, axis=1, keepdims=True), 1e-12)
 
 
+def matched_cosine(rot, X, Y, sample: int = 2000, seed: int = 0) -> float:
+    """How well a rotation lays X (N1, D1) onto Y (N2, D2) with no pair: both sides centred and their rows
+    L2-normalised after mapping, the mean cosine of the Hungarian assignment between the mapped X and Y (at
+    most ``sample`` random rows a side). 1 for an exact rotation of the same points; between disjoint sets,
+    the cosine of matched neighbours. Comparable between matchers, which each score their answers their own
+    way; the diagnosis compares it with the same score on a spectrum-only surrogate."""
+    from alignment.rosetta import lap
+
+    M = _unit_centred(np.asarray(rot.transform(X), np.float64))
+    U = _unit_centred(Y)
+    rng = np.random.default_rng(seed)
+    M, U = M[rng.permutation(len(M))[:sample]], U[rng.permutation(len(U))[:sample]]
+    r, c = lap(M, U)
+    return float((M[r] * U[c]).sum(1).mean())
+
+
 def matcher_signals(X, Y, restarts: int = 3, frac: float = 0.8, seed: int = 0, matcher=None) -> dict:
     """Bootstrap stability of the matcher's rotation and its margin over a spectrum-only surrogate.
 
-    ``matcher(X, Y, seed) -> MatchResult`` (default: ``alignment.pairfree.match`` with method "ours" in
-    32 dimensions: the search the pair-free rotation starts from)."""
-    if matcher is None:
+    ``matcher``: a name of :data:`alignment.pairfree.MATCHERS` (default "auto", the product's pair-free
+    matcher) or a callable ``matcher(X, Y, seed) -> MatchResult``. Both scores are :func:`matched_cosine`,
+    whatever the matcher reports."""
+    if matcher is None or isinstance(matcher, str):
         from alignment.pairfree import match
 
+        method = matcher or "auto"
+
         def matcher(A, B, s):
-            return match(A, B, method="ours", dim=min(32, A.shape[1], B.shape[1]), seed=s)
+            return match(A, B, method=method, seed=s)
 
     rng = np.random.default_rng(seed)
     nx, ny = max(4, int(frac * len(X))), max(4, int(frac * len(Y)))
@@ -170,14 +189,13 @@ def matcher_signals(X, Y, restarts: int = 3, frac: float = 0.8, seed: int = 0, m
     S = _gaussian_surrogate(Y, rng, rep_y)
     sur = matcher(X, S, restarts)
     full = matcher(X, Y, restarts + 1)
-    s_full, s_sur = float(full.score), float(sur.score)
     if len(mx) < len(X) or len(my) < len(Y):
-        from alignment.neighbours import _mutual
-
-        # repeated points: mutual nearest neighbours among copies are a coin toss whatever the rotation, so
-        # both scores are taken between the distinct points (the surrogate repeats its points as Y does)
-        s_full = _mutual(np.asarray(full.rotation.transform(mx), np.float64), my)[3]
-        s_sur = _mutual(np.asarray(sur.rotation.transform(mx), np.float64), _repeated_points(S)[1])[3]
+        # repeated points: the assignment among copies is a coin toss whatever the rotation, so both scores are
+        # taken between the distinct points (the surrogate repeats its points as Y does)
+        s_full = matched_cosine(full.rotation, mx, my, seed=seed)
+        s_sur = matched_cosine(sur.rotation, mx, _repeated_points(S)[1], seed=seed)
+    else:
+        s_full, s_sur = matched_cosine(full.rotation, X, Y, seed=seed), matched_cosine(sur.rotation, X, S, seed=seed)
     return {"stability": float(np.mean(cos)) if cos else float("nan"), "matcher_score": s_full,
             "surrogate_score": s_sur, "surrogate_margin": s_full - s_sur, "bootstrap_scores": scores,
             "distinct_points": [int(len(mx)), int(len(my))]}
@@ -227,7 +245,9 @@ def verdict(unpaired: dict, paired: dict | None = None) -> tuple[str, str]:
 
 
 def diagnose(X, Y, pairs=None, restarts: int = 3, n_perm: int = 20, seed: int = 0, matcher=None) -> dict:
-    """Signals and verdict for clouds X (N1, D1), Y (N2, D2); ``pairs`` = (Xp, Yp) paired rows if known."""
+    """Signals and verdict for clouds X (N1, D1), Y (N2, D2); ``pairs`` = (Xp, Yp) paired rows if known;
+    ``matcher``: the matcher whose answers are judged (a registry name, default "auto"; see
+    :func:`matcher_signals`)."""
     un = unpaired_signals(X, Y, restarts=restarts, seed=seed, matcher=matcher)
     pa = paired_signals(*pairs, n_perm=n_perm, seed=seed) if pairs is not None else None
     v, why = verdict(un, pa)
@@ -235,5 +255,5 @@ def diagnose(X, Y, pairs=None, restarts: int = 3, n_perm: int = 20, seed: int = 
             "n_x": int(len(X)), "n_y": int(len(Y)), "d_x": int(X.shape[1]), "d_y": int(Y.shape[1])}
 
 
-__all__ = ["STABLE", "MARGIN", "CKA_OK", "check_clouds", "diagnose", "paired_signals", "unpaired_signals",
+__all__ = ["STABLE", "MARGIN", "CKA_OK", "check_clouds", "diagnose", "matched_cosine", "paired_signals", "unpaired_signals",
            "verdict", "spectrum_overlap", "distance_agreement", "knn_graph_agreement", "matcher_signals"]

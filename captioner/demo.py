@@ -265,7 +265,7 @@ class DemoHandlers:
             plot = str(plot) if plot and Path(plot).is_file() else None
             summary = (f"{rep.get('image_encoder', key[0])} vs {rep.get('text_encoder', key[1])}: "
                        f"{rep.get('n_pairs', '?')} image-caption pairs, {n_perm} permutations"
-                       + ("" if plot else "; no scaling-law runs yet (`captioner scaling`)"))
+                       + ("" if plot else "; no scaling-law runs yet (`python -m eval scaling`)"))
             return rows, null_figure(rows), plot, summary, ""
         except Exception as e:  # noqa: BLE001
             return [], None, None, "", _status(e)

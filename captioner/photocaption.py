@@ -7,7 +7,7 @@ weighted embeddings of the class prompts "a photo of a <class>." around their ow
 captions around theirs (``captioner.retrieval.retrieve``). Without the two centrings every query shares the
 prompts' common component, and the bank captions nearest that component ("A photo of an apiary.", "A photo of a
 photocopier.") come back for any photo the head is unsure of. It was the best of the candidates measured on
-the GCompris and openclipart validation photos (``python -m eval.photos_val``; docs/results/captions.md).
+the GCompris and openclipart validation photos (``python -m eval photos-val``; docs/results/captions.md).
 """
 from __future__ import annotations
 

@@ -254,7 +254,7 @@ class Pipeline:
         self.train_pairs()
         return self._pairs[3].X
 
-    _train_images = train_images  # the older name (eval/ calls it)
+    _train_images = train_images  # the older name (eval/experiments call it)
 
     # -- the parts -----------------------------------------------------------------------------------------
     def rotation(self, kind: str = "paired"):

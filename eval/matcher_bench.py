@@ -1,4 +1,4 @@
-"""Synthetic benchmark of the pair-free matchers and of Procrustes (run by ``captioner align bench``).
+"""Synthetic benchmark of the pair-free matchers and of Procrustes (run by ``python -m eval align bench``).
 
 Problem: X (N, d) Gaussian with a power-law spectrum (variance of axis i proportional to i^-alpha) in a
 random basis; Y = X Q + noise (Q a random rotation, noise sigma = ``noise`` x the RMS scale of X's
@@ -7,12 +7,10 @@ copies of X rows, the others new points from the same distribution. Beside each 
 one-to-one assignment (Hungarian) of X Q to Y with the true rotation, and its nearest-neighbour variant. A matcher sees only X and the shuffled Y; accuracy is the fraction of X rows matched to
 their own shuffled copy. Procrustes is timed against ``scipy.linalg.orthogonal_procrustes`` on paired rows.
 
-Usage: ``python -m eval.matcher_bench --n 2000 --dim 128 --noise 2.0 --overlap 0.5 --no-gw``
+Usage: ``python -m eval align bench --n 2000 --dim 128 --noise 2.0 --overlap 0.5 --no-gw``
 """
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import platform
 import threading
@@ -319,28 +317,3 @@ def table(result: dict) -> str:
         lines.append(f"load average at start {la}, at end {result['machine'].get('load_avg_end')} "
                      f"on {result['machine']['cpus']} CPUs")
     return "\n".join(lines)
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, action="append", help="problem sizes (repeatable; default 1000 and 5000)")
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--no-gw", action="store_true")
-    ap.add_argument("--gw-max-n", type=int, default=5000)
-    ap.add_argument("--procrustes", default="50000x768", help="NxD for the Procrustes timing, or 'none'")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--noise", type=float, action="append", help="noise x rms(X) (repeatable; default 0.05)")
-    ap.add_argument("--overlap", type=float, action="append", help="fraction of Y rows with a partner (default 1)")
-    ap.add_argument("--baseline", help="another alignment/pairfree.py to time in the same run")
-    ap.add_argument("--baseline-max-n", type=int, default=50_000, help="skip the baseline above this N")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    pr = None if a.procrustes == "none" else tuple(int(v) for v in a.procrustes.lower().split("x"))
-    res = run(a.n or (1000, 5000), a.dim, pr, not a.no_gw, a.gw_max_n, a.seed, progress=not a.json,
-              noises=a.noise or (0.05,), overlaps=a.overlap or (1.0,), baseline=a.baseline,
-              baseline_max_n=a.baseline_max_n)
-    print(json.dumps(res, indent=2) if a.json else table(res))
-
-
-if __name__ == "__main__":
-    main()

@@ -1,5 +1,5 @@
 """Real-data benchmark of the pair-free matchers: problems whose answer is known, built from what installs
-offline (run by ``captioner align bench --real``).
+offline (run by ``python -m eval align bench --real``).
 
 A problem is two encoders A and B and a pool of items (sentences or images). Rows of X are A's embeddings of
 some items, rows of Y are B's embeddings of some items, shuffled; a matcher sees only X and Y. Two settings:
@@ -377,22 +377,3 @@ def table(result: dict) -> str:
     lines.append("FOSCTTM on held-out test pairs (0 perfect, 0.5 chance); seconds per matcher; "
                  f"{result['machine']['cpus']} CPUs, load {result['machine']['load_avg_end']} at the end.")
     return "\n".join(lines)
-
-
-def main(argv=None) -> dict:
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--suite", default="quick")
-    ap.add_argument("--n", type=int, default=3000)
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--methods", default="ours,rosetta,multistart,auto")
-    args = ap.parse_args(argv)
-    res = run(args.suite, args.n, methods=args.methods.split(","), progress=True, out=args.out)
-    print(json.dumps(res, indent=2) if args.json else table(res))
-    return res
-
-
-if __name__ == "__main__":
-    main()

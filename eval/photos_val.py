@@ -26,16 +26,16 @@ Candidates:
 The classifier candidates are measured with the classifier head of each of EfficientNet-Lite0 (the rotations'
 image encoder), -Lite1 and -Lite2, tagged with the encoder's name; the rotation candidates use Lite0.
 
-    python -m eval.photos_val [--split val] [--bank-limit N] [--json] [--out FILE]
+    python -m eval photos-val [--split val] [--bank-limit N] [--json] [--out FILE]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
+import click
 import numpy as np
 
 # the classifier's top-1 probability under which "classifier-name, else paired-broad" takes the mapped caption
@@ -208,24 +208,19 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", default="val", choices=["val", "train"], help="test is held out: not offered")
-    ap.add_argument("--bank-limit", type=int, default=None)
-    ap.add_argument("--samples", type=int, default=8, help="example captions kept per dataset")
-    ap.add_argument("--no-decoder", action="store_true",
-                    help="skip the rotations' decoded captions (the decoder trains on first use: minutes)")
-    ap.add_argument("--json", action="store_true")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    res = evaluate(a.split, a.bank_limit, samples_per_set=a.samples, decoder=not a.no_decoder)
-    if a.out:
-        with open(a.out, "w") as f:
+@click.command("photos-val", help=__doc__)
+@click.option("--split", default="val", show_default=True, type=click.Choice(["val", "train"]),
+              help="test is held out: not offered")
+@click.option("--bank-limit", type=int, default=None)
+@click.option("--samples", type=int, default=8, show_default=True, help="example captions kept per dataset")
+@click.option("--no-decoder", is_flag=True,
+              help="skip the rotations' decoded captions (the decoder trains on first use: minutes)")
+@click.option("--json", "as_json", is_flag=True)
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(split, bank_limit, samples, no_decoder, as_json, out):
+    res = evaluate(split, bank_limit, samples_per_set=samples, decoder=not no_decoder)
+    if out:
+        with open(out, "w") as f:
             json.dump(res, f, indent=1)
-    print(json.dumps(res, indent=1) if a.json else table(res))
+    print(json.dumps(res, indent=1) if as_json else table(res))
     print(f"bank sizes {res['bank_sizes']}; load average {res['loadavg']}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -8,6 +8,7 @@ from pathlib import Path
 from captioner.paths import atomic_write_bytes, atomic_write_json
 from captioner.rotations import ALL as ROTATIONS
 from captioner.rotations import label as rotation_label
+from captioner.tables import markdown_table
 
 TEXT_CEILING_LABEL = "text-only ceiling (reference caption embedding as query)"
 CAPTIONER_LABELS = {"retrieval": "retrieval", "decoder": "projection + decoder",
@@ -24,8 +25,8 @@ def build_report(pipe, test_set, out_dir, meteor: bool = True, progress: bool = 
     """
     import sys
 
-    from eval.coco import evaluate
-    from eval.zeroshot import evaluate_zeroshot
+    from captioner.evaluation.coco import evaluate
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
 
     out_dir = Path(out_dir)
     t0 = time.time()
@@ -85,22 +86,20 @@ def format_markdown(data: dict) -> str:
              f"captions; {data['image_encoder']} -> {data['text_encoder']})", "",
              "Captioning (BLEU, METEOR, ROUGE-L x100; CIDEr on pycocoevalcap's 0-10 scale and x100 as in papers; "
              "one reference caption per image):", "",
-             "| captioner | rotation | B@1 | B@4 | METEOR | ROUGE-L | CIDEr (0-10) | CIDEr (x100) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in data["captioning"]:
-        m = r["metrics"]
-        lines.append(f"| {CAPTIONER_LABELS.get(r['captioner'], r['captioner'])} | "
-                     f"{TEXT_CEILING_LABEL if r['rotation'] == 'text' else rotation_label(r['rotation'])} | {pct(m['BLEU-1'])} | {pct(m['BLEU-4'])} | "
-                     f"{pct(m.get('METEOR'))} | {pct(m['ROUGE-L'])} | {m['CIDEr']:.3f} | {m['CIDEr_x100']:.1f} |")
+             markdown_table(["captioner", "rotation", "B@1", "B@4", "METEOR", "ROUGE-L", "CIDEr (0-10)", "CIDEr (x100)"],
+                            [[CAPTIONER_LABELS.get(r["captioner"], r["captioner"]),
+                              TEXT_CEILING_LABEL if r["rotation"] == "text" else rotation_label(r["rotation"]),
+                              pct(m["BLEU-1"]), pct(m["BLEU-4"]), pct(m.get("METEOR")), pct(m["ROUGE-L"]),
+                              f"{m['CIDEr']:.3f}", f"{m['CIDEr_x100']:.1f}"]
+                             for r in data["captioning"] for m in [r["metrics"]]], compact=True)]
     notes = sorted({n for r in data["captioning"] for n in r["metrics"].get("notes", [])})
     lines += [""] + [f"Note: {n}." for n in notes]
     lines += ["", "Zero-shot classification of the Tux Paint categories (80 ImageNet templates per class, mean "
               "embedding renormalised):", "",
-              "| mode | pairs used | top-1 % | top-5 % | chance top-1 % | majority class % |", "|---|---|---|---|---|---|"]
-    for z in data["zeroshot"]:
-        lines.append(f"| {z['mode']} | {z['pairing']} | {pct(z['top1'])} | {pct(z['top5'])} | "
-                     f"{pct(z['chance_top1'])} | {pct(z['majority_top1'])} |")
+              markdown_table(["mode", "pairs used", "top-1 %", "top-5 %", "chance top-1 %", "majority class %"],
+                             [[z["mode"], z["pairing"], pct(z["top1"]), pct(z["top5"]), pct(z["chance_top1"]),
+                               pct(z["majority_top1"])] for z in data["zeroshot"]], compact=True)]
     d = data["decoder"]
     lines += ["", f"Decoder: preset {d['preset']}, beam {d['beam']}, input = {d['input']} (temperature "
-              f"{d['temperature']}). Reproduce: `captioner report` ({data['seconds']:.0f} s here)."]
+              f"{d['temperature']}). Reproduce: `python -m eval report` ({data['seconds']:.0f} s here)."]
     return "\n".join(lines) + "\n"

@@ -2,14 +2,17 @@
 zero-shot top-1 / top-5 with chance), from the ``metrics.json`` files under ``$CAPTIONER_HOME/runs``; the rows
 also go to a JSON file.
 
-    python -m eval.summary [--runs DIR] [--out FILE]
+    python -m eval summary [--runs DIR] [--out FILE]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from pathlib import Path
+
+import click
+
+from captioner.tables import markdown_table
 
 
 def collect(runs: Path, dataset: str = "tuxpaint-test") -> list[dict]:
@@ -31,37 +34,33 @@ def table(rows: list[dict]) -> str:
     def f(v, scale=1.0, nd=1):
         return "-" if v is None else f"{v * scale:.{nd}f}"
 
-    head = ("| rotation | CIDEr (0-10) | CIDEr (x100) | BLEU-4 (x100) | METEOR (x100) | zero-shot top-1 | top-5 | "
-            "chance top-1 / top-5 |")
-    lines = [head, "|---" * 8 + "|"]
+    head = ["rotation", "CIDEr (0-10)", "CIDEr (x100)", "BLEU-4 (x100)", "METEOR (x100)", "zero-shot top-1", "top-5",
+            "chance top-1 / top-5"]
+    body = []
     for r in rows:
         c = r.get("retrieval", {})
         z = r.get("zeroshot", {})
-        lines.append(f"| {r['rotation']} | {f(c.get('CIDEr'), nd=3)} | {f(c.get('CIDEr_x100'))} | "
-                     f"{f(c.get('BLEU-4'), 100)} | {f(c.get('METEOR'), 100)} | {f(z.get('top1'), nd=3)} | "
-                     f"{f(z.get('top5'), nd=3)} | {f(z.get('chance_top1'), nd=3)} / {f(z.get('chance_top5'), nd=3)} |")
-    return "\n".join(lines)
+        body.append([r["rotation"], f(c.get("CIDEr"), nd=3), f(c.get("CIDEr_x100")), f(c.get("BLEU-4"), 100),
+                     f(c.get("METEOR"), 100), f(z.get("top1"), nd=3), f(z.get("top5"), nd=3),
+                     f"{f(z.get('chance_top1'), nd=3)} / {f(z.get('chance_top5'), nd=3)}"])
+    return markdown_table(head, body, compact=True)
 
 
-def main(argv=None) -> int:
+@click.command("summary", help=__doc__)
+@click.option("--runs", default=None, help="default: $CAPTIONER_HOME/runs")
+@click.option("--out", default=None, help="default: <runs>/summary.json")
+@click.pass_context
+def cli(ctx, runs, out):
     from captioner.paths import atomic_write_json, home
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--runs", default=None, help="default: $CAPTIONER_HOME/runs")
-    ap.add_argument("--out", default=None, help="default: <runs>/summary.json")
-    a = ap.parse_args(argv)
-    runs = Path(a.runs) if a.runs else home() / "runs"
+    runs = Path(runs) if runs else home() / "runs"
     rows = collect(runs)
     if not rows:
         print(f"no eval runs under {runs}; run `make eval` first", file=sys.stderr)
-        return 1
-    out = Path(a.out) if a.out else runs / "summary.json"
+        ctx.exit(1)
+    out = Path(out) if out else runs / "summary.json"
     atomic_write_json(out, {"dataset": "tuxpaint/test", "captioner": "retrieval", "rows": rows})
     print("Tux Paint test split, retrieval captioner (CIDEr on pycocoevalcap's 0-10 scale and x100 as in papers)")
     print(table(rows))
     print(f"written: {out}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

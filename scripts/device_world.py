@@ -1,6 +1,6 @@
 """Device check of the JEPA world (at most 10 minutes on one H200): train the world's encoders at the
 ``gpu`` preset (twice the lab's scenes) for each seed through accelerate (``--device auto``), then print
-the world's table (``captioner world report``) and the timings as JSON.
+the world's table (``python -m eval world report``) and the timings as JSON.
 
     python scripts/device_world.py [--seeds 0,1,2] [--budget-s 420] [--home DIR]
     python scripts/device_world.py --smoke      # CPU, the quick preset, one seed, two encoders (~2 min)

@@ -1,4 +1,5 @@
-"""``captioner align fit|score|bench`` end to end on tiny synthetic caches."""
+"""``captioner align fit|score`` and the experiments' ``python -m eval align bench`` end to end on tiny
+synthetic caches."""
 from __future__ import annotations
 
 import json
@@ -11,6 +12,7 @@ from alignment.errors import MismatchError
 from alignment.procrustes import Rotation, random_orthogonal
 from captioner.cli import cli
 from captioner.errors import CacheMismatchError, CaptionerError
+from eval.cli import cli as eval_cli
 
 N, D = 150, 16
 
@@ -47,7 +49,8 @@ def caches(tmp_path):
 
 
 def _run(args):
-    r = CliRunner().invoke(cli, args, catch_exceptions=True)
+    """``captioner ARGS``, or ``python -m eval ARGS`` for the benchmark (``align bench``)."""
+    r = CliRunner().invoke(eval_cli if args[:2] == ["align", "bench"] else cli, args, catch_exceptions=True)
     return r
 
 
@@ -170,7 +173,7 @@ def test_fit_lattice_matcher_from_the_cli(tmp_path):
 
 
 def test_bench_real_synthetic_rows_and_matchers_list(tmp_path):
-    """``align bench --real synthetic``: every row has the oracle, chance and each matcher's FOSCTTM; the JSON
+    """``python -m eval align bench --real synthetic``: every row has the oracle, chance and each matcher's FOSCTTM; the JSON
     file is written as rows finish; an unknown matcher is one line listing the registry."""
     out = tmp_path / "real.json"
     r = _run(["align", "bench", "--real", "synthetic", "--real-n", "300", "--matchers", "ours",

@@ -1,4 +1,4 @@
-"""`captioner caption`, `classify`, `eval coco`, `eval zeroshot` and `report` end to end through click's
+"""`captioner caption`, `classify`, `eval coco`, `eval zeroshot` and `python -m eval report` end to end through click's
 CliRunner, on fake encoders (deterministic, no weights) over the embedded Tux Paint splits."""
 import json
 import os
@@ -163,8 +163,12 @@ def test_eval_coco_missing_root_is_an_error(capsys, tmp_path):
 @pytest.mark.slow
 @pytest.mark.skipif(not HAS_JAVA, reason="java not installed (PTB tokenizer)")
 def test_report_writes_markdown_and_json(tmp_path):
-    res = invoke("report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path), "--rotations",
-                 "paired,text", "--zeroshot-modes", "paired,cluster", *FAKE)
+    from eval.cli import cli as eval_cli  # the report is an experiment: python -m eval report
+
+    res = CliRunner().invoke(eval_cli, ["report", "--no-meteor", "--decoder-preset", "tiny", "--out", str(tmp_path),
+                                        "--rotations", "paired,text", "--zeroshot-modes", "paired,cluster", *FAKE],
+                             catch_exceptions=False)
+    assert res.exit_code == 0, res.output
     assert "| retrieval | paired Procrustes" in res.stdout and "CIDEr (x100)" in res.stdout
     data = json.loads((tmp_path / "report.json").read_text())
     # 2 captioners x 2 rotations + the decoder fed the reference embedding directly

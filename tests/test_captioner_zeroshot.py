@@ -5,6 +5,7 @@ import pytest
 
 from captioner.bank import l2n
 from captioner.errors import CaptionerError
+from captioner.evaluation.zeroshot import topk_accuracy
 from captioner.zeroshot import (
     PrototypeClassifier,
     ZeroShotClassifier,
@@ -16,7 +17,6 @@ from captioner.zeroshot import (
     predict_proba,
     topk,
 )
-from eval.zeroshot import topk_accuracy
 from tests.fakes import FakeTextEncoder
 
 
@@ -143,7 +143,7 @@ def test_prototype_bad_input(pool, kw, msg):
 
 
 def test_cluster_mode_refuses_prototypes():
-    from eval.zeroshot import evaluate_zeroshot
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
 
     with pytest.raises(CaptionerError, match="cluster mode has none"):
         evaluate_zeroshot(object(), "tuxpaint", "cluster", prototypes=True)
@@ -178,7 +178,7 @@ def test_caption_described_classes_known_answer():
 
 
 def test_caption_prompts_need_a_captioned_dataset():
-    from eval.zeroshot import evaluate_zeroshot
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
 
     with pytest.raises(CaptionerError, match="needs a dataset whose train captions carry its labels"):
         evaluate_zeroshot(object(), "imagenet100", "paired", root="/nonexistent", prompts="captions")

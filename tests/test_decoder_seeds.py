@@ -19,10 +19,10 @@ def test_summary_and_table_of_seed_rows():
 
 
 def test_bad_seed_list_is_a_usage_error(capsys):
-    from eval.experiments.decoder_seeds import main
+    from eval.cli import main
 
     with pytest.raises(SystemExit) as e:
-        main(["--seeds", "a,b"])
+        main(["experiment", "decoder-seeds", "--seeds", "a,b"])
     assert e.value.code == 2 and "comma-separated list of seeds" in capsys.readouterr().err
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 
 from captioner.errors import CaptionerError
-from eval.coco import cider_x100, read_results, score_captions, spice_available, write_results
+from captioner.evaluation.coco import cider_x100, read_results, score_captions, spice_available, write_results
 
 HAS_JAVA = shutil.which("java") is not None
 

@@ -1,7 +1,8 @@
 """`make eval`'s closing table, from the metrics files the eval commands write."""
 import json
 
-from eval.summary import collect, main, table
+from eval.cli import main
+from eval.summary import collect, table
 
 
 def _write(p, obj):
@@ -24,7 +25,7 @@ def test_summary_joins_caption_and_zeroshot_runs_into_one_table(tmp_path, capsys
     t = table(rows).splitlines()
     assert t[2] == "| paired | 0.186 | 18.6 | 7.1 | 7.4 | 0.506 | 0.765 | 0.067 / 0.333 |"
     assert t[3].startswith("| cluster | - | - |")
-    assert main(["--runs", str(runs)]) == 0
+    assert main(["summary", "--runs", str(runs)]) == 0
     assert json.loads((runs / "summary.json").read_text())["rows"][0]["retrieval"]["CIDEr_x100"] == 18.6
     assert "CIDEr (x100)" in capsys.readouterr().out
-    assert main(["--runs", str(tmp_path / "none")]) == 1
+    assert main(["summary", "--runs", str(tmp_path / "none")]) == 1

@@ -1,4 +1,5 @@
-"""`captioner train / scaling / scenelab` end to end through the CLI entry point."""
+"""`captioner train` and the experiments' `python -m eval scaling / scenelab` end to end through their CLI entry
+points."""
 from __future__ import annotations
 
 import json
@@ -6,11 +7,14 @@ import json
 import pytest
 
 from captioner.cli import main
+from eval.cli import main as eval_main
 
 
-def _run(argv, capsys):
+def _run(argv, capsys, entry=None):
+    """(exit code, stdout, stderr) of ``captioner`` (or of ``python -m eval`` for the experiments' commands)."""
+    entry = entry or (eval_main if argv[0] in ("scenelab", "scaling") else main)
     try:
-        main(argv)
+        entry(argv)
         code = 0
     except SystemExit as e:
         code = e.code
@@ -130,8 +134,8 @@ def test_train_cli_passes_init_from(tmp_path, monkeypatch, capsys):
 
 
 def test_scenelab_diagnostics_are_subcommands(tmp_path, monkeypatch, capsys):
-    """`captioner scenelab diagnose|anchor|objective` hand their arguments to the lab's diagnostics; the
-    lab itself still runs as `captioner scenelab` (no subcommand)."""
+    """`python -m eval scenelab diagnose|anchor|objective` run the lab's diagnostics; the lab itself still
+    runs as `python -m eval scenelab` (no subcommand)."""
     from eval.scenelab import objective as O
 
     code, out, err = _run(["scenelab", "diagnose", str(tmp_path)], capsys)
@@ -144,4 +148,4 @@ def test_scenelab_diagnostics_are_subcommands(tmp_path, monkeypatch, capsys):
     code, out, err = _run(["scenelab", "objective", "--regs", "cov", "--steps", "7"], capsys)
     assert code == 0 and "TABLE" in out and seen["steps"] == 7 and list(seen["regs"]) == ["cov"]
     code, out, err = _run(["scenelab", "objective", "--help"], capsys)
-    assert code == 0 and "captioner scenelab objective" in out
+    assert code == 0 and "python -m eval scenelab objective" in out

@@ -1,7 +1,11 @@
 """The package layout: no import circle among the JEPAs, the world and the experiments (lazy imports included),
-and the world generator (``captioner.world.scenes``) a library that imports nothing from training or experiments."""
+the world generator (``captioner.world.scenes``) a library that imports nothing from training or experiments,
+and imports one way between the three packages: the product (``captioner``) and the math (``alignment``) never
+import the experiments (``eval``), and ``alignment`` imports nothing from ``captioner``."""
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 from pathlib import Path
 
@@ -44,3 +48,48 @@ def test_no_import_circle_anywhere_in_the_library():
     tool = _tool()
     edges = tool.graph(["captioner", "eval", "alignment"])
     assert len(edges) > 100 and tool.circles(edges) == []
+
+
+def _imports_of(edges: dict, importers: tuple, imported: str) -> set:
+    """(module, target) for every import (lazy ones too) of ``imported`` or its modules by ``importers``."""
+    return {(m, t) for m, ts in edges.items() if m.split(".")[0] in importers for t in ts
+            if t.split(".")[0] == imported}
+
+
+def test_the_product_and_the_math_never_import_the_experiments():
+    """captioner/ and alignment/ install without eval/ (pyproject's packages.find): an import of eval from
+    either, even inside a function, would break the installed product."""
+    tool = _tool()
+    edges = tool.graph(["captioner", "eval", "alignment"])
+    assert {("captioner.world.recipe", "captioner.world.scenes")} <= {
+        (m, t) for m, ts in edges.items() for t in ts}             # the graph sees the product's own imports
+    assert _imports_of(edges, ("captioner", "alignment"), "eval") == set()
+    # nor by name: a module path handed to importlib (the CLI's lazy groups) is a string constant
+    named = [(str(p.relative_to(ROOT)), node.value) for pkg in ("captioner", "alignment")
+             for p in (ROOT / pkg).rglob("*.py") for node in ast.walk(ast.parse(p.read_text(encoding="utf-8")))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str)
+             and node.value.startswith("eval.") and " " not in node.value]
+    assert named == []
+
+
+def test_the_math_imports_nothing_from_the_product():
+    edges = _tool().graph(["captioner", "eval", "alignment"])
+    assert len([m for m in edges if m.startswith("alignment")]) > 10
+    assert _imports_of(edges, ("alignment",), "captioner") == set()
+
+
+def test_the_experiments_runner_registers_every_experiment_and_the_product_none():
+    """``python -m eval``: every command's module exists and has its attribute; every module of
+    eval/experiments is one ``experiment`` command; ``captioner`` has no experiment command left."""
+    from captioner.cli import COMMANDS as PRODUCT
+    from eval.cli import COMMANDS
+    from eval.experiments import EXPERIMENTS
+
+    for module, attr, _ in COMMANDS.values():
+        assert hasattr(importlib.import_module(module), attr), (module, attr)
+    mods = {p.stem.replace("_", "-") for p in (ROOT / "eval" / "experiments").glob("*.py") if p.stem != "__init__"}
+    assert set(EXPERIMENTS) == mods
+    for name in EXPERIMENTS:
+        assert importlib.import_module(f"eval.experiments.{name.replace('-', '_')}").cli.name == name
+    assert not {"report", "scaling", "scenelab"} & set(PRODUCT)
+    assert all(m.startswith("captioner.") for m, _, _ in PRODUCT.values())

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-PACKAGES = ("captioner", "alignment", "eval")
+PACKAGES = ("captioner", "alignment")   # what the wheel installs; eval/ (the experiments) stays in the checkout
 
 
 @pytest.fixture(scope="module")
@@ -42,6 +42,26 @@ def _data_files() -> list[str]:
     return [f for f in out.stdout.split() if not f.endswith(".py") and "/tests/" not in f]
 
 
+def _find_include() -> list[str]:
+    """pyproject.toml's ``[tool.setuptools.packages.find] include``."""
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]["include"]
+
+
+def test_package_discovery_installs_the_product_and_not_the_experiments():
+    """setuptools' discovery with the configured include: captioner and alignment with their subpackages,
+    no top-level eval (it would shadow nothing but claim the name ``eval`` in site-packages)."""
+    from setuptools import find_packages
+
+    found = find_packages(str(ROOT), include=_find_include())
+    assert {"captioner", "captioner.evaluation", "captioner.world", "captioner.jepa", "alignment"} <= set(found)
+    assert [p for p in found if p.split(".")[0] not in PACKAGES] == []
+    assert "eval" in find_packages(str(ROOT))          # it is a package in the checkout, just not installed
+
+
 def test_the_wheel_holds_every_module_and_data_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     data = _data_files()
@@ -51,6 +71,7 @@ def test_the_wheel_holds_every_module_and_data_file(wheel):
     py = subprocess.run(["git", "ls-files", *PACKAGES], cwd=ROOT, capture_output=True, text=True,
                         check=True).stdout.split()
     assert [f for f in py if f.endswith(".py") and f not in names] == []
+    assert [n for n in names if n.split("/")[0] == "eval"] == []    # the experiments are not installed
     meta = next(n for n in names if n.endswith(".dist-info/METADATA"))
     text = zipfile.ZipFile(wheel).read(meta).decode()
     for dep in ("Requires-Dist: torch>=2.1", "Requires-Dist: transformers", "Requires-Dist: onnxruntime",

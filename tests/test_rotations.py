@@ -20,8 +20,8 @@ def test_every_kind_is_complete_and_the_lists_read_the_registry():
     for k in rotations.KINDS.values():
         assert k.label and k.pairing and callable(k.fit)
         assert k.uses_pairs == k.pairing.startswith("train")
-    from captioner.commands.evaluate import ROTATION_CHOICES, ZEROSHOT_MODES
-    from eval.zeroshot import MODES
+    from captioner.evaluation.runs import ROTATION_CHOICES, ZEROSHOT_MODES
+    from captioner.evaluation.zeroshot import MODES
 
     assert ROTATION_CHOICES == [*rotations.ALL, "text"] and list(MODES) == [*rotations.ALL, "cluster"]
     assert ZEROSHOT_MODES == list(MODES)

@@ -9,6 +9,7 @@ import pytest
 
 from captioner.jepa import embed as E
 from captioner.jepa import views as V
+from captioner.world import recipe as R
 from captioner.world import scenes as W
 from eval.scenelab import lab as S
 from eval.scenelab import measures as M
@@ -134,7 +135,7 @@ def train_config(monkeypatch, tmp_path):
 
     def get(kind, cfg):
         with pytest.raises(_Seen) as e:
-            S._train_and_load(kind, cfg, None, tmp_path / f"{kind}-{next(calls)}", False, 5, 0)
+            R._train_and_load(kind, cfg, None, tmp_path / f"{kind}-{next(calls)}", False, 5, 0)
         return e.value.args[0]
 
     return get
@@ -201,7 +202,7 @@ def test_init_from_its_own_folder_is_refused(tmp_path):
     from captioner.errors import CaptionerError
 
     with pytest.raises(CaptionerError, match="own folder"):
-        S._train_and_load("text-jepa", S.LabConfig(init_from=str(tmp_path)), None, tmp_path / "text-jepa", False, 5, 0)
+        R._train_and_load("text-jepa", S.LabConfig(init_from=str(tmp_path)), None, tmp_path / "text-jepa", False, 5, 0)
 
 
 def test_linear_predictor():
@@ -249,9 +250,9 @@ def _fake_log(run, losses):
 
 def test_final_loss_is_the_mean_of_the_last_tenth(tmp_path):
     _fake_log(tmp_path / "r", [5.0] * 90 + [1.0] * 5 + [2.0] * 5)
-    assert S.final_loss(tmp_path / "r") == pytest.approx(1.5)
+    assert R.final_loss(tmp_path / "r") == pytest.approx(1.5)
     _fake_log(tmp_path / "short", [3.0, 4.0])
-    assert S.final_loss(tmp_path / "short") == pytest.approx(4.0)          # at least the last step
+    assert R.final_loss(tmp_path / "short") == pytest.approx(4.0)          # at least the last step
 
 
 def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, monkeypatch):
@@ -265,20 +266,20 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
         _fake_log(out, [1.0] * 9 + [final[seed]])
         return f"model-{seed}", f"cfg-{seed}", {}
 
-    monkeypatch.setattr(S, "_train_and_load", fake)
-    model, tc, _, losses, models = S._train_best("text-jepa", S.LabConfig(restarts=3), None,
+    monkeypatch.setattr(R, "_train_and_load", fake)
+    model, tc, _, losses, models = R._train_best("text-jepa", S.LabConfig(restarts=3), None,
                                                  tmp_path / "text-jepa", False, 10)
     assert seen == [("text-jepa", 0), ("text-jepa-r1", 1000), ("text-jepa-r2", 2000)]
     assert (model, tc) == ("model-1000", "cfg-1000") and models == ["model-0", "model-1000", "model-2000"]
     assert losses == [(0, 0.5), (1000, 0.42), (2000, 0.47)]
     with pytest.raises(Exception, match="restarts must be >= 1"):
-        S._train_best("text-jepa", S.LabConfig(restarts=0), None, tmp_path / "x", False, 10)
+        R._train_best("text-jepa", S.LabConfig(restarts=0), None, tmp_path / "x", False, 10)
     # a later --init-from of this lab starts from the kept restart; without restarts, from <lab>/<kind>
     (tmp_path / "scenelab.json").write_text(json.dumps({"restarts": {"text-jepa": losses, "image-jepa": [[0, 0.3]]}}))
-    assert S.kept_run(tmp_path, "text-jepa") == tmp_path / "text-jepa-r1"
-    assert S.kept_run(tmp_path, "image-jepa") == tmp_path / "image-jepa"
-    assert S.kept_run(tmp_path, "ntp") == tmp_path / "ntp"
-    assert S.kept_run(tmp_path / "other", "text-jepa") == tmp_path / "other" / "text-jepa"
+    assert R.kept_run(tmp_path, "text-jepa") == tmp_path / "text-jepa-r1"
+    assert R.kept_run(tmp_path, "image-jepa") == tmp_path / "image-jepa"
+    assert R.kept_run(tmp_path, "ntp") == tmp_path / "ntp"
+    assert R.kept_run(tmp_path / "other", "text-jepa") == tmp_path / "other" / "text-jepa"
     res = {"k": 10, "n_test": 2, "chance_mutual_knn": 0.1, "seconds": 1.0, "rows": [],
            "restarts": {"text-jepa": losses}}
     assert "text-jepa: 3 restarts, final training loss 0.5000 (seed 0), 0.4200 (seed 1000), 0.4700 (seed 2000); " \

@@ -54,8 +54,8 @@ def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(c
     the lowest final training loss and the registry loads that one; a checkpoint of another seed is refused."""
     from captioner.encoders import get_encoder
     from captioner.world import models as WM
+    from captioner.world.recipe import final_loss
     from captioner.world.train import train_world
-    from eval.scenelab.lab import final_loss
 
     monkeypatch.setitem(WM.PRESETS, "smoke", {**WM.PRESETS["smoke"], "text_restarts": 2})
     meta = train_world("smoke", seed=3, progress=False)
@@ -92,7 +92,7 @@ def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(c
 
 
 def test_prior_weights_and_prompts_known_answers():
-    from eval.world.setting import PRIOR, prior_weights, prompts
+    from captioner.world.setting import PRIOR, prior_weights, prompts
 
     # value ranks in ATTRS order: red/small/left/top/white is rank 0 everywhere -> weight 1
     assert prior_weights(["small-red-top-left-white", "small-orange-top-left-white",
@@ -104,7 +104,7 @@ def test_prior_weights_and_prompts_known_answers():
 
 
 def test_side_stats_and_compare_sides_known_answers():
-    from eval.world.setting import compare_sides, side_stats
+    from captioner.world.setting import compare_sides, side_stats
     from eval.world.table import _sides_lines
 
     red, orange = "small-red-top-left-white", "small-orange-top-left-white"
@@ -127,8 +127,8 @@ def test_side_stats_and_compare_sides_known_answers():
 
 def test_raking_reaches_the_prior_frequencies_on_the_full_grid():
     from captioner.world import scenes as W
+    from captioner.world.setting import PRIOR, attribute_values
     from eval.experiments.world_disjoint import rake
-    from eval.world.setting import PRIOR, attribute_values
 
     keys = [sc.key() for sc in W.all_scenes()]
     w = rake(keys, iters=20)
@@ -247,7 +247,7 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     assert len(res["targets"]["text_jepa_pairfree_vs_paired"]) == 1
     from eval.world.table import world_section
 
-    sec = world_section()                       # what `captioner report` appends
+    sec = world_section()                       # what `python -m eval report` appends
     assert sec.startswith("## The JEPA world") and "| text JEPA (good views) | paired Procrustes |" in sec
 
     # the demo's World tab: a held-out scene, its render, captions through both rotations, its description
@@ -384,18 +384,18 @@ def test_world_decode_refuses_an_unknown_input():
 
 
 def test_world_experiments_parse_seeds_and_name_missing_models_in_one_line(tmp_path, monkeypatch, capsys):
-    import argparse
+    import click
 
-    from eval.experiments import seed_list
-    from eval.experiments.world_decode_input import main
+    from eval.cli import main
+    from eval.experiments import SEEDS
 
-    assert seed_list("0,1, 2") == [0, 1, 2]
+    assert SEEDS.convert("0,1, 2", None, None) == [0, 1, 2]
     for bad in ("x", "", "-1"):
-        with pytest.raises(argparse.ArgumentTypeError):
-            seed_list(bad)
+        with pytest.raises(click.BadParameter):
+            SEEDS.convert(bad, None, None)
     monkeypatch.setenv("CAPTIONER_HOME", str(tmp_path / "home"))
     with pytest.raises(SystemExit) as e:
-        main(["--seeds", "0"])
+        main(["experiment", "world-decode-input", "--seeds", "0"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "captioner world train --preset lab --seed 0" in err
 
@@ -409,8 +409,8 @@ def _world_through_the_cli(tmp_path):
     from captioner.cli import cli
     from captioner.datasets import get_dataset
     from captioner.world.demo import world_pipeline
+    from captioner.world.setting import setting
     from eval.world.chain import prototype_inputs, score_rotation, text_context
-    from eval.world.setting import setting
 
     run = CliRunner().invoke
     r = run(cli, ["eval", "zeroshot", "--dataset", "world", "--world-preset", "quick", "-m", "pairfree", "--json",

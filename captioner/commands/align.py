@@ -1,4 +1,4 @@
-"""``captioner align``: fit, score and benchmark maps from image-embedding space to text-embedding space."""
+"""``captioner align``: fit and score maps from image-embedding space to text-embedding space."""
 from __future__ import annotations
 
 import json
@@ -74,7 +74,7 @@ def _retrieval(rot, img, txt, ks=(1, 5, 10)) -> dict | None:
 
 @click.group("align")
 def cli():
-    """Fit, score and benchmark maps from image-embedding space to text-embedding space.
+    """Fit, score and diagnose maps from image-embedding space to text-embedding space.
 
     Maps: paired Procrustes (a rotation fitted on image-caption pairs), pair-free (a rotation found with no
     pairs at all), ridge (the non-orthogonal upper bound) and random (the floor)."""
@@ -288,74 +288,8 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
                    f"FOSCTTM {retrieval['foscttm']:.2e} (chance 0.5)")
 
 
-@cli.command("bench")
-@click.option("--n", "ns", type=int, multiple=True, default=(1000, 5000), show_default=True,
-              help="Problem sizes (repeatable).")
-@click.option("--dim", type=int, default=384, show_default=True)
-@click.option("--gw/--no-gw", default=True, show_default=True, help="Also run POT's entropic GW (slow).")
-@click.option("--gw-max-n", type=int, default=5000, show_default=True, help="Skip GW above this N.")
-@click.option("--procrustes", "proc", default="50000x768", show_default=True,
-              help="NxD for the Procrustes-vs-scipy timing, or 'none'.")
-@click.option("--seed", type=int, default=0, show_default=True)
-@click.option("--noise", "noises", type=float, multiple=True, default=(0.05,), show_default=True,
-              help="Noise as a multiple of rms(X) (repeatable).")
-@click.option("--overlap", "overlaps", type=float, multiple=True, default=(1.0,), show_default=True,
-              help="Fraction of Y's rows that are copies of X rows; the others are new points (repeatable).")
-@click.option("--baseline", type=click.Path(exists=True, dir_okay=False), default=None,
-              help="Another alignment/pairfree.py (e.g. main's) timed on the same problems.")
-@click.option("--baseline-max-n", type=int, default=50_000, show_default=True,
-              help="Skip the baseline above this N (main's matcher is quadratic).")
-@click.option("--real", "real", default=None,
-              type=click.Choice(["quick", "cupl", "scale", "text", "image", "cross", "synthetic", "all"]),
-              help="The real-data benchmark instead (eval.matcher_real): quick = CuPL MiniLM-L6 -> L3 and the "
-                   "Rosetta-style synthetic problems; cupl (every text pair on CuPL); scale (L6 -> L3, disjoint halves of "
-                   "--real-n rows); text / image / cross / synthetic; all.")
-@click.option("--real-n", type=int, default=3000, show_default=True, help="--real: rows a side.")
-@click.option("--matchers", default="ours,rosetta,multistart,auto", show_default=True,
-              help="--real: the matchers to run, comma-separated.")
-@click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
-@click.option("--json", "as_json", is_flag=True)
-def bench_cmd(ns, dim, gw, gw_max_n, proc, seed, noises, overlaps, baseline, baseline_max_n, real, real_n, matchers,
-              out, as_json):
-    """Synthetic benchmark: our pair-free matcher vs POT's entropic GW (time, peak memory, exact-match
-    accuracy) on rotated, noisy, shuffled power-law clouds, and Procrustes vs scipy on paired rows. Sizes
-    above 60,000 are synthesised in blocks (e.g. --n 50000 --n 100000 --n 300000 --n 1000000, which also
-    prints the per-point cost ratio against N log N)."""
-    if real:
-        from eval import matcher_real
-
-        ms = [m.strip() for m in matchers.split(",") if m.strip()]
-        bad = [m for m in ms if m not in MATCHERS]
-        if bad:
-            raise CaptionerError(f"unknown matcher {bad[0]!r}; known: {', '.join(MATCHERS)}")
-        with user_errors():
-            if out:
-                Path(out).parent.mkdir(parents=True, exist_ok=True)
-            res = matcher_real.run(real, real_n, methods=ms, seed=seed, progress=not as_json, out=out)
-        click.echo(json.dumps(res, indent=2) if as_json else matcher_real.table(res))
-        return
-    from eval.matcher_bench import run, table
-
-    try:
-        pr = None if proc == "none" else tuple(int(v) for v in proc.lower().split("x"))
-        if pr is not None and len(pr) != 2:
-            raise ValueError
-    except ValueError:
-        raise CaptionerError(f"--procrustes must look like 50000x768 or 'none', not {proc!r}") from None
-    with user_errors():
-        bad = [v for v in overlaps if not 0 < v <= 1] + [v for v in noises if v < 0]
-        if bad:
-            raise CaptionerError(f"--overlap must be in (0, 1] and --noise >= 0, not {bad[0]}")
-        res = run(ns, dim, pr, gw=gw, gw_max_n=gw_max_n, seed=seed, progress=not as_json, noises=noises,
-                  overlaps=overlaps, baseline=baseline, baseline_max_n=baseline_max_n)
-    if out:
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(res, indent=2) + "\n")
-    click.echo(json.dumps(res, indent=2) if as_json else table(res))
-
-
 @cli.command("matchers")
 def matchers_cmd():
-    """List the pair-free matchers (--matcher of align fit, --matchers of align bench --real)."""
+    """List the pair-free matchers (--matcher of align fit, --matchers of `python -m eval align bench --real`)."""
     for name, (_, line) in MATCHERS.items():
         click.echo(f"{name:<11} {line}")

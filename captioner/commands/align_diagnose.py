@@ -1,6 +1,7 @@
-"""``captioner align diagnose`` / ``diagnose-validate`` / ``cka-table``: can a pair-free rotation be found?
+"""``captioner align diagnose``: can a pair-free rotation be found?
 
-The signals and verdict are ``alignment.diagnose``; the validation cases are ``eval.pairfree_diagnose``.
+The signals and verdict are ``alignment.diagnose``; their validation on cases with a known answer is an
+experiment (``python -m eval align diagnose-validate``, ``eval.pairfree_diagnose``).
 """
 from __future__ import annotations
 
@@ -23,8 +24,10 @@ def _fmt(v) -> str:
               help="Also report the paired signals (CKA, mutual k-NN, their nulls) where sample ids match.")
 @click.option("--n-perm", type=int, default=20, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--matcher", default="auto", show_default=True,
+              help="The pair-free matcher whose answers are judged (`captioner align matchers` lists them).")
 @click.option("--json", "as_json", is_flag=True)
-def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json):
+def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, matcher, as_json):
     """Say, before matching, whether a pair-free rotation between the two caches can be found, and why."""
     import numpy as np
 
@@ -40,7 +43,7 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json
         if pairs:
             X, Y, sids = cache_pairs(img, txt, "mean")
             pr = (X, Y) if len(sids) >= 8 else None
-        res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed)
+        res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed, matcher=matcher)
     if as_json:
         click.echo(json.dumps(res, default=float))
         return
@@ -57,46 +60,11 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, as_json
     click.echo(f"verdict: {res['verdict'].upper()}: {res['reason']}")
 
 
-@click.command("diagnose-validate")
-@click.option("--real/--no-real", default=True, show_default=True, help="Include the Tux Paint encoder pairs.")
-@click.option("--n", type=int, default=1000, show_default=True, help="Rows of the synthetic cases.")
-@click.option("--world", type=click.Choice(["quick", "lab", "gpu"]), default=None,
-              help="Also the JEPA world's cases, seeds 0-2 of this preset (needs `captioner world train`).")
-@click.option("--out", type=click.Path(), default=None, help="Also write the JSON here.")
-@click.option("--json", "as_json", is_flag=True)
-def validate_cmd(real, n, world, out, as_json):
-    """The diagnosis' verdict against the measured outcome on cases with a known answer (a table)."""
-    from eval.pairfree_diagnose import run, table
-
-    res = run(n=n, real=real, world=world)
-    if out:
-        from pathlib import Path
-
-        Path(out).parent.mkdir(parents=True, exist_ok=True)
-        Path(out).write_text(json.dumps(res, indent=2, default=float) + "\n")
-    click.echo(json.dumps(res, default=float) if as_json else table(res))
-
-
-@click.command("cka-table")
-@click.option("--split", default="train", show_default=True, help="Tux Paint split of the paired probe set.")
-@click.option("--image-encoder", "images", multiple=True, help="Repeatable (default: every offline image encoder).")
-@click.option("--text-encoder", "texts", multiple=True, help="Repeatable (default: every offline text encoder).")
-@click.option("--n-perm", type=int, default=20, show_default=True)
-@click.option("--json", "as_json", is_flag=True)
-def cka_table_cmd(split, images, texts, n_perm, as_json):
-    """CKA, unbiased CKA and mutual k-NN (with permutation-null z) of every encoder pair on Tux Paint pairs."""
-    from eval.pairfree_diagnose import cka_table, cka_table_text
-
-    res = cka_table(split, list(images) or None, list(texts) or None, n_perm=n_perm)
-    click.echo(json.dumps(res, default=float) if as_json else cka_table_text(res))
-
-
 def _group():
-    """``captioner align``: the fit / score / bench commands of ``commands.align`` and these three."""
+    """``captioner align``: the fit / score / matchers commands of ``commands.align`` and ``diagnose``."""
     from captioner.commands.align import cli as group
 
-    for c in (diagnose_cmd, validate_cmd, cka_table_cmd):
-        group.add_command(c)
+    group.add_command(diagnose_cmd)
     return group
 
 

@@ -30,7 +30,7 @@ def make_accelerator(cfg):
         return Accelerator(**kw)
     except ValueError:
         # accelerate keeps one process-wide state; a second run in the same process with another precision
-        # (tests, `captioner scaling`) needs it reset
+        # (tests, `python -m eval scaling`) needs it reset
         AcceleratorState._reset_state(True)
         return Accelerator(**kw)
 

@@ -1,12 +1,12 @@
 """The demo's World tab: a random held-out scene of the JEPA world, its render, its caption through the
 paired and the pair-free rotation (the ``Pipeline`` of the world's image and text JEPAs, trained on the
 world's train split: the same code as for Tux Paint; the pair-free map from the lattice matcher on renders
-and captions of disjoint train scenes, as in ``captioner world report``) and its true description.
+and captions of disjoint train scenes, as in the world report (``python -m eval world report``)) and its true description.
 
 The caption is the text-only decoder's, reading the rotated render itself (``decode_input="rotation"``, the
-report's ``eval.world.chain.DECODE_INPUT``): held-out scenes are never in the bank of train captions, so the
+report's ``captioner.world.setting.DECODE_INPUT``): held-out scenes are never in the bank of train captions, so the
 top retrieved caption always names at least one attribute wrong, while the decoder names all five right on
-96-98 % of val renders (``python -m eval.experiments.world_decode_input``). The nearest train caption is
+96-98 % of val renders (``python -m eval experiment world-decode-input``). The nearest train caption is
 returned beside it."""
 from __future__ import annotations
 
@@ -24,7 +24,7 @@ def world_pipeline(preset: str | None = None, seed: int = 0, progress: bool | No
     from captioner.datasets import get_dataset
     from captioner.pipeline import Pipeline
     from captioner.world.models import default_preset
-    from eval.world.chain import DECODE_INPUT, DECODER
+    from captioner.world.setting import DECODE_INPUT, DECODER
 
     preset = preset or default_preset(seed)
     with _LOCK:
@@ -44,12 +44,11 @@ def world_pipeline(preset: str | None = None, seed: int = 0, progress: bool | No
 
 
 def _lattice_map(pipe, seed: int):
-    """The pair-free map of the report's disjoint setting (``eval.world.setting``): renders of one set of
+    """The pair-free map of the report's disjoint setting (``captioner.world.setting``): renders of one set of
     train scenes, captions of a disjoint set, both drawn from the skewed prior (under the train split's
     uniform counts no pair-free method can identify the rotation), matched by the lattice matcher."""
     from captioner.rotations import ArraySource, get_kind
-    from eval.world.chain import ROTATIONS
-    from eval.world.setting import setting
+    from captioner.world.setting import ROTATIONS, setting
 
     st = setting(seed)
     xi, yi = np.unique(st.disjoint_images, return_inverse=True), np.unique(st.disjoint_captions,

@@ -83,7 +83,7 @@ def checkpoint_for(name: str, preset: str | None = None, seed: int = 0) -> tuple
         raise CaptionerError(f"{path} is missing (world.json names it); run `{train_command(preset, seed)}` to "
                              "train it again")
     ck = load_checkpoint(path)
-    # restart r of a JEPA trains from seed + 1000 r (eval.scenelab.lab.RESTART_SEED_STEP; not imported here:
+    # restart r of a JEPA trains from seed + 1000 r (captioner.world.recipe.RESTART_SEED_STEP; not imported here:
     # this runs whenever a world encoder loads)
     if run != "untrained" and (ck["config"].get("seed", -1) - seed) % 1000:
         raise CaptionerError(f"{path} was trained with seed {ck['config'].get('seed')}, not {seed}; delete "

@@ -1,5 +1,5 @@
 """``captioner world train``: the world's image JEPA, text JEPA and next-token LM trained (or reused, or
-resumed) through the scene lab's training (``eval.scenelab.lab.train_models``: ``captioner train``'s
+resumed) through the world's training recipe (``captioner.world.recipe.train_models``: ``captioner train``'s
 accelerate loop), kept in ``captioner.world.models.world_dir``."""
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from captioner.world.models import ENCODERS, META, PRESETS, read_meta, world_dir
 
 def lab_config(preset: str, seed: int):
     """The scene lab's LabConfig the world's ``preset`` trains with."""
-    from eval.scenelab.lab import LabConfig
+    from captioner.world.recipe import LabConfig
 
     if preset not in PRESETS:
         raise CaptionerError(f"unknown world preset {preset!r}; choose one of {', '.join(PRESETS)}")
@@ -31,13 +31,13 @@ def _save_untrained(model, tc, path: Path) -> None:
 
 def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progress: bool = True) -> dict:
     """Train (or reuse a finished, or resume a killed run of) the world's three models for ``preset`` and
-    ``seed`` through the scene lab's training (``captioner train``'s accelerate loop; ``device`` "auto"
+    ``seed`` through the world's training recipe (``captioner train``'s accelerate loop; ``device`` "auto"
     takes a GPU when there is one). Returns world.json's content."""
     import time
 
     from captioner.paths import atomic_write_json
     from captioner.world.data import check_attributes, fingerprint
-    from eval.scenelab.lab import kept_name, train_models
+    from captioner.world.recipe import kept_name, train_models
 
     check_attributes()
     cfg = lab_config(preset, seed)

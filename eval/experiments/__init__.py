@@ -1,7 +1,37 @@
-"""One-off experiments behind figures in docs/results: each is ``python -m eval.experiments.<name>`` and
-prints JSON and a table. They drive the library (captioner/, alignment/, eval/); nothing outside this
-package imports them (``emit`` here writes and prints their results)."""
+"""One-off experiments behind figures in docs/results: each is ``python -m eval experiment <name>`` (the
+module ``eval/experiments/<name with _>.py``, its click command ``cli``) and prints JSON and a table. They
+drive the library (captioner/, alignment/, eval/); nothing outside this package imports them (``emit`` here
+writes and prints their results)."""
 from __future__ import annotations
+
+import click
+
+from captioner.clikit import LazyGroup
+
+# command name -> (module, attribute, one-line help); the module is imported only when the command runs
+EXPERIMENTS = {
+    "alignment-realdata": "Pair-free vs paired alignment on real encoders (Tux Paint).",
+    "decode-input": "What the Tux Paint decoder should read, per rotation: projection or rotated query.",
+    "decoder-seeds": "How much the decoder's Tux Paint CIDEr depends on its training seed.",
+    "jepa-alignment": "Our text JEPA vs MiniLM-L6 vs SmolLM2 against a vision encoder on real data.",
+    "matcher-ceiling": "Is the matcher-oracle gap the matcher's fault or the data's?",
+    "matcher-repeat": "Interleaved timings of the pair-free matcher against a baseline copy.",
+    "pairfree-identifiability": "Can an unpaired objective find the true rotation between real encoders?",
+    "pairfree-margin": "Do the pair-free rotations beat the random floor by a clear margin?",
+    "pairfree-seeds": "Head pseudo-pair seeds refined on unpaired data vs head and paired.",
+    "world-decode-input": "What the world's decoder should read: the rotated render or the projection.",
+    "world-disjoint": "Why the world's disjoint-scene setting defeats every pair-free matcher.",
+    "world-ideal": "Would a larger world let a pair-free matcher align disjoint scenes? (ideal encoders)",
+    "world-lattice-floor": "The lattice matcher's own null on the world.",
+    "world-matchers": "The world's pair-free settings under each matcher.",
+}
+
+
+@click.group("experiment", cls=LazyGroup,
+             lazy={name: (f"eval.experiments.{name.replace('-', '_')}", "cli", line)
+                   for name, line in EXPERIMENTS.items()})
+def cli():
+    """One-off experiments behind figures in docs/results (each prints JSON and a table)."""
 
 
 def emit(res: dict, out: str | None, json_only: bool, table: str) -> None:
@@ -27,24 +57,21 @@ def held_out_captions(split: str) -> list[str]:
     return held if split == "test" else held + get_dataset("tuxpaint", split).captions()
 
 
-def seed_list(text: str) -> list[int]:
-    """``--seeds 0,1,2`` -> [0, 1, 2] (an argparse ``type``: a bad list is a one-line usage error)."""
-    import argparse
+class SeedList(click.ParamType):
+    """``--seeds 0,1,2`` -> [0, 1, 2]; a bad list is a one-line usage error."""
 
-    try:
-        seeds = [int(x) for x in text.split(",") if x.strip()]
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of seeds, e.g. 0,1,2") from None
-    if not seeds or min(seeds) < 0:
-        raise argparse.ArgumentTypeError(f"{text!r}: give one or more seeds >= 0, e.g. 0,1,2")
-    return seeds
+    name = "seeds"
+
+    def convert(self, value, param, ctx):
+        if isinstance(value, list):
+            return value
+        try:
+            seeds = [int(x) for x in str(value).split(",") if x.strip()]
+        except ValueError:
+            self.fail(f"{value!r} is not a comma-separated list of seeds, e.g. 0,1,2", param, ctx)
+        if not seeds or min(seeds) < 0:
+            self.fail(f"{value!r}: give one or more seeds >= 0, e.g. 0,1,2", param, ctx)
+        return seeds
 
 
-def run_or_exit(ap, fn, *args, **kw):
-    """``fn(*args, **kw)``, with a ``CaptionerError`` (missing models, bad files) printed as one line and exit 2."""
-    from captioner.errors import CaptionerError
-
-    try:
-        return fn(*args, **kw)
-    except CaptionerError as e:
-        ap.exit(2, f"error: {e}\n")
+SEEDS = SeedList()

@@ -20,17 +20,17 @@ against a permutation null.
 
 Usage::
 
-    python -m eval.experiments.alignment_realdata [--json] [--out results.json] [--seeds 3]
+    python -m eval experiment alignment-realdata [--json] [--out results.json] [--seeds 3]
 
 Caches come from ``captioner.cache.embed`` (reused from $CAPTIONER_HOME when present).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
 
+import click
 import numpy as np
 
 
@@ -177,25 +177,21 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dim", type=int, default=32, help="shared dimension of the pair-free matchers")
-    ap.add_argument("--seeds", type=int, default=3, help="seeds (shuffles) of the Wasserstein-Procrustes matcher")
-    ap.add_argument("--random-seeds", type=int, default=20)
-    ap.add_argument("--no-gw", action="store_true")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    res = run(a.dim, a.seeds, a.random_seeds, gw=not a.no_gw)
+@click.command("alignment-realdata", help=__doc__)
+@click.option("--dim", type=int, default=32, show_default=True, help="shared dimension of the pair-free matchers")
+@click.option("--seeds", type=int, default=3, show_default=True,
+              help="seeds (shuffles) of the Wasserstein-Procrustes matcher")
+@click.option("--random-seeds", type=int, default=20, show_default=True)
+@click.option("--no-gw", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(dim, seeds, random_seeds, no_gw, as_json, out):
+    res = run(dim, seeds, random_seeds, gw=not no_gw)
     blob = json.dumps(res, indent=2, default=float)
-    if a.out:
-        with open(a.out, "w") as f:
+    if out:
+        with open(out, "w") as f:
             f.write(blob + "\n")
     print(blob)
-    if not a.json:
+    if not as_json:
         print()
         print(table(res))
-
-
-if __name__ == "__main__":
-    main()

@@ -9,13 +9,13 @@ the class-name prompt's template ("a photo of a ...") kept, so the two parts of 
 test`` measures the choice once. On val the decoder is trained without the val captions (the pipeline's own
 corpus holds them), so a val run trains a decoder of its own on first use (about 2 minutes).
 
-    python -m eval.experiments.decode_input [--split val|test] [--json] [--out FILE]
+    python -m eval experiment decode-input [--split val|test] [--json] [--out FILE]
 """
 from __future__ import annotations
 
-import argparse
-import sys
 import time
+
+import click
 
 from eval.experiments import emit, held_out_captions
 
@@ -26,9 +26,9 @@ INPUTS = ("projection", "rotation")
 def run(split: str = "val", image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l6") -> dict:
     from captioner.cache import embed
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import cider_x100, references, tokenize
     from captioner.pipeline import Pipeline
     from captioner.pipeline_decoder import AUTO_DECODE_INPUT, drop_prompt_template
-    from eval.coco import cider_x100, references, tokenize
 
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)
@@ -71,18 +71,12 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--split", default="val", choices=("val", "test"))
-    ap.add_argument("--image-encoder", default="efficientnet-lite0")
-    ap.add_argument("--text-encoder", default="minilm-l6")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    res = run(a.split, a.image_encoder, a.text_encoder)
-    emit(res, a.out, a.json, table(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@click.command("decode-input", help=__doc__)
+@click.option("--split", default="val", show_default=True, type=click.Choice(("val", "test")))
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(split, image_encoder, text_encoder, as_json, out):
+    res = run(split, image_encoder, text_encoder)
+    emit(res, out, as_json, table(res))

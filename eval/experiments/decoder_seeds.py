@@ -3,7 +3,7 @@
 of the split are scored; the retrieval captions of the same rotations (no decoder, no seed) are the
 reference.
 
-    python -m eval.experiments.decoder_seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--ema DECAY] [--json] [--out FILE]
+    python -m eval experiment decoder-seeds [--seeds 0,1,2] [--split test|val] [--steps N] [--ema DECAY] [--json] [--out FILE]
 
 The pipeline's decoder corpus holds the Tux Paint val captions (``captioner.bank.decoder_corpus``): with
 ``--split val`` every decoder is trained without them (as the test captions always are), so that val can
@@ -15,13 +15,14 @@ decoder figure in the docs uses; each other seed trains a decoder of its own int
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+import click
 import numpy as np
 
-from eval.experiments import emit, held_out_captions, run_or_exit, seed_list
+from captioner.tables import markdown_table
+from eval.experiments import SEEDS, emit, held_out_captions
 
 ROTATIONS = ("paired", "head")
 
@@ -29,8 +30,8 @@ ROTATIONS = ("paired", "head")
 def run(seeds=(0, 1, 2), split: str = "test", steps: int | None = None, progress: bool = True,
         ema: float = 0.0) -> dict:
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import predict, references, score_captions
     from captioner.pipeline import Pipeline
-    from eval.coco import predict, references, score_captions
 
     t0 = time.time()
     ds = get_dataset("tuxpaint", split)
@@ -66,34 +67,26 @@ def summarise(rows: list[dict]) -> dict:
 def table(res: dict) -> str:
     r = res["retrieval"]
     lines = [f"Decoder CIDEr x100 by training seed, {res['dataset']} ({res['n_images']} images), "
-             f"steps: {res['steps']}, ema: {res.get('ema') or 'off'}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", "",
-             "| decoder seed | paired | head (no pair) | head / paired decoder | head / paired retrieval |",
-             "|---|---|---|---|---|"]
-    for row in res["decoder"]:
-        lines.append(f"| {row['seed']} | {row['paired']:.1f} | {row['head']:.1f} | "
-                     f"{100 * row['head'] / row['paired']:.0f} % | {100 * row['head'] / r['paired']:.0f} % |")
+             f"steps: {res['steps']}, ema: {res.get('ema') or 'off'}; retrieval (no decoder): paired {r['paired']:.1f}, head {r['head']:.1f}", ""]
+    rows = [[row["seed"], f"{row['paired']:.1f}", f"{row['head']:.1f}", f"{100 * row['head'] / row['paired']:.0f} %",
+             f"{100 * row['head'] / r['paired']:.0f} %"] for row in res["decoder"]]
     s = res["summary"]
-    lines.append(f"| mean ± sd | {s['paired']['mean']:.1f} ± {s['paired']['sd']:.1f} | "
-                 f"{s['head']['mean']:.1f} ± {s['head']['sd']:.1f} | "
-                 f"{100 * s['head']['mean'] / s['paired']['mean']:.0f} % | "
-                 f"{100 * s['head']['mean'] / r['paired']:.0f} % |")
+    rows.append(["mean ± sd", f"{s['paired']['mean']:.1f} ± {s['paired']['sd']:.1f}",
+                 f"{s['head']['mean']:.1f} ± {s['head']['sd']:.1f}",
+                 f"{100 * s['head']['mean'] / s['paired']['mean']:.0f} %", f"{100 * s['head']['mean'] / r['paired']:.0f} %"])
+    lines.append(markdown_table(["decoder seed", "paired", "head (no pair)", "head / paired decoder",
+                                 "head / paired retrieval"], rows, compact=True))
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="decoder training seeds, e.g. 0,1,2")
-    ap.add_argument("--split", default="test", choices=("test", "val"))
-    ap.add_argument("--steps", type=int, default=None, help="training steps instead of the preset's")
-    ap.add_argument("--ema", type=float, default=0.0, help="train with a moving average of the weights (decay)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    if a.steps is not None and a.steps < 1:
-        ap.error("--steps must be at least 1")
-    res = run_or_exit(ap, run, a.seeds, a.split, a.steps, ema=a.ema)
-    emit(res, a.out, a.json, table(res))
-
-
-if __name__ == "__main__":
-    main()
+@click.command("decoder-seeds", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True, help="decoder training seeds")
+@click.option("--split", default="test", show_default=True, type=click.Choice(("test", "val")))
+@click.option("--steps", type=click.IntRange(min=1), default=None, help="training steps instead of the preset's")
+@click.option("--ema", type=float, default=0.0, show_default=True,
+              help="train with a moving average of the weights (decay)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, split, steps, ema, as_json, out):
+    res = run(seeds, split, steps, ema=ema)
+    emit(res, out, as_json, table(res))

@@ -3,14 +3,15 @@
 by mutual k-NN with EfficientNet-Lite0 on the same held-out Tux Paint (image, caption) pairs, with the
 permutation null (captions shuffled against images) beside each.
 
-    python -m eval.experiments.jepa_alignment [--steps 300] [--batch-size 64] [--jepa PATH] [--out DIR] [--json]
+    python -m eval experiment jepa-alignment [--steps 300] [--batch-size 64] [--jepa PATH] [--out DIR] [--json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
+
+import click
 
 DEFAULT_TEXT = ["minilm-l6", "smollm2-135m"]
 
@@ -95,22 +96,16 @@ def format_table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--jepa", default=None, help="a trained text JEPA run folder (default: train on CuPL)")
-    ap.add_argument("--steps", type=int, default=300)
-    ap.add_argument("--batch-size", type=int, default=64)
-    ap.add_argument("--preset", default="small")
-    ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--n-perm", type=int, default=200)
-    ap.add_argument("--threads", type=int, default=1, help="torch CPU threads while training the JEPA")
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run_jepa_alignment(a.jepa, a.steps, a.preset, a.k, a.n_perm, out=a.out, threads=a.threads,
-                             batch_size=a.batch_size)
-    print(json.dumps(res, indent=2) if a.json else format_table(res))
-
-
-if __name__ == "__main__":
-    main()
+@click.command("jepa-alignment", help=__doc__)
+@click.option("--jepa", default=None, help="a trained text JEPA run folder (default: train on CuPL)")
+@click.option("--steps", type=int, default=300, show_default=True)
+@click.option("--batch-size", type=int, default=64, show_default=True)
+@click.option("--preset", default="small", show_default=True)
+@click.option("--k", type=int, default=10, show_default=True)
+@click.option("--n-perm", type=int, default=200, show_default=True)
+@click.option("--threads", type=int, default=1, show_default=True, help="torch CPU threads while training the JEPA")
+@click.option("--out", default=None)
+@click.option("--json", "as_json", is_flag=True)
+def cli(jepa, steps, batch_size, preset, k, n_perm, threads, out, as_json):
+    res = run_jepa_alignment(jepa, steps, preset, k, n_perm, out=out, threads=threads, batch_size=batch_size)
+    print(json.dumps(res, indent=2) if as_json else format_table(res))

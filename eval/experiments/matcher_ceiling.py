@@ -1,6 +1,6 @@
 """Is the gap between the pair-free matcher and the oracle the matcher's fault, or the data's?
 
-The robustness grid (``python -m eval.matcher_bench --noise 2.0``) compares the matcher's accuracy with the
+The robustness grid (``python -m eval align bench --noise 2.0``) compares the matcher's accuracy with the
 oracle's: one-to-one assignment under the *true* rotation Q. A matcher never sees Q; it fits a rotation to the
 data. On one grid point this experiment takes two answers to their fixed points of the alternation
 "exact one-to-one assignment (``scipy.optimize.linear_sum_assignment``) -> Procrustes on every assigned pair",
@@ -27,16 +27,15 @@ Beside them, ``paired``: the accuracy of one-to-one assignment under the Procrus
 *known* pairs of a fresh draw of the same problem (same basis, Q and noise; ``--paired-n`` rows, N by
 default): what a rotation estimated from that many true pairs reaches on rows it was not fitted on.
 
-    python -m eval.experiments.matcher_ceiling [--n 2000] [--dim 128] [--noise 2.0 ...] [--overlap 1.0 ...]
+    python -m eval experiment matcher-ceiling [--n 2000] [--dim 128] [--noise 2.0 ...] [--overlap 1.0 ...]
         [--seed 0] [--json] [--out FILE]
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 
+import click
 import numpy as np
 
 from eval.experiments import emit
@@ -174,27 +173,21 @@ def table(rows) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--n", type=int, default=2000)
-    ap.add_argument("--dim", type=int, default=128)
-    ap.add_argument("--noise", type=float, action="append", help="repeatable; default 2.0")
-    ap.add_argument("--overlap", type=float, action="append", help="repeatable; default 1.0")
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--paired-n", type=int, action="append",
-                    help="rows of the fresh paired draw the 'paired' column fits on (repeatable; default N)")
-    ap.add_argument("--soft-em", type=float, action="append", metavar="TAU",
-                    help="also run EM with the matching summed out (soft assignment at temperature TAU x the found "
-                         "fixed point's cost) from both answers (repeatable; ~80 s a value at N=2000)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    rows = [run(a.n, a.dim, nz, ov, a.seed, a.paired_n, a.soft_em) for ov in (a.overlap or [1.0])
-            for nz in (a.noise or [2.0])]
+@click.command("matcher-ceiling", help=__doc__)
+@click.option("--n", type=int, default=2000, show_default=True)
+@click.option("--dim", type=int, default=128, show_default=True)
+@click.option("--noise", "noises", type=float, multiple=True, help="repeatable; default 2.0")
+@click.option("--overlap", "overlaps", type=float, multiple=True, help="repeatable; default 1.0")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--paired-n", type=int, multiple=True,
+              help="rows of the fresh paired draw the 'paired' column fits on (repeatable; default N)")
+@click.option("--soft-em", type=float, multiple=True, metavar="TAU",
+              help="also run EM with the matching summed out (soft assignment at temperature TAU x the found "
+                   "fixed point's cost) from both answers (repeatable; ~80 s a value at N=2000)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(n, dim, noises, overlaps, seed, paired_n, soft_em, as_json, out):
+    rows = [run(n, dim, nz, ov, seed, list(paired_n) or None, list(soft_em) or None)
+            for ov in (overlaps or [1.0]) for nz in (noises or [2.0])]
     res = {"rows": rows, "loadavg": [round(x, 2) for x in os.getloadavg()]}
-    emit(res, a.out, a.json, table(rows))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    emit(res, out, as_json, table(rows))

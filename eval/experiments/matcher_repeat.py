@@ -7,16 +7,16 @@ imports rewritten), in the folder given by ``--baseline-dir``:
 
     git archive main alignment | tar -x -C /tmp/base && mv /tmp/base/alignment /tmp/base/alignment_main
     grep -rl "alignment\\." /tmp/base/alignment_main | xargs sed -i 's/\\bfrom alignment\\./from alignment_main./g'
-    python -m eval.experiments.matcher_repeat --baseline-dir /tmp/base --n 5000 --reps 11
-    python -m eval.experiments.matcher_repeat --baseline-dir /tmp/base --grid ours   # the answers, 48 problems
+    python -m eval experiment matcher-repeat --baseline-dir /tmp/base --n 5000 --reps 11
+    python -m eval experiment matcher-repeat --baseline-dir /tmp/base --grid ours   # the answers, 48 problems
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+import click
 import numpy as np
 
 
@@ -78,27 +78,22 @@ def grid(baseline_dir: str, method: str = "ours") -> list:
     return rows
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--baseline-dir", required=True)
-    ap.add_argument("--n", type=int, default=5000)
-    ap.add_argument("--dim", type=int, default=384)
-    ap.add_argument("--noise", type=float, default=0.05)
-    ap.add_argument("--reps", type=int, default=11)
-    ap.add_argument("--grid", choices=("ours", "auto"), help="compare the answers on a grid instead")
-    a = ap.parse_args(argv)
-    if a.grid:
-        rows = grid(a.baseline_dir, a.grid)
+@click.command("matcher-repeat", help=__doc__)
+@click.option("--baseline-dir", required=True)
+@click.option("--n", type=int, default=5000, show_default=True)
+@click.option("--dim", type=int, default=384, show_default=True)
+@click.option("--noise", type=float, default=0.05, show_default=True)
+@click.option("--reps", type=int, default=11, show_default=True)
+@click.option("--grid", "grid_of", type=click.Choice(("ours", "auto")), default=None,
+              help="compare the answers on a grid instead")
+def cli(baseline_dir, n, dim, noise, reps, grid_of):
+    if grid_of:
+        rows = grid(baseline_dir, grid_of)
         print(f"identical perms on {sum(r['same'] for r in rows)} of {len(rows)} problems; load {os.getloadavg()}")
-        return rows
-    out = run(a.baseline_dir, a.n, a.dim, a.noise, a.reps)
+        return
+    out = run(baseline_dir, n, dim, noise, reps)
     for name in ("new", "base"):
         print(f"{name:4s} median {out[name]['median_s']:.3f} s  min {out[name]['min_s']:.3f} s  "
               f"accuracy {out['accuracy'][name]:.4f}  stages {out[name]['stages_median']}")
     print(f"perms identical in all {out['reps']} rounds: {out['perms_identical']}; load average at start "
           f"{out['load_start']}, at end {out['load_end']} on {os.cpu_count()} CPUs")
-    return out
-
-
-if __name__ == "__main__":
-    main()

@@ -11,13 +11,13 @@ where lower is better for all three: the optimal-assignment cost after the rotat
 (Sinkhorn) cost, and the Gromov-Wasserstein loss of the induced pairing. If the true answer does not score
 lowest, no search over that objective can recover it.
 
-    python -m eval.experiments.pairfree_identifiability [--dim 32] [--json]
+    python -m eval experiment pairfree-identifiability [--dim 32] [--json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 
+import click
 import numpy as np
 
 
@@ -87,14 +87,9 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--dim", type=int, default=32)
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run(a.dim)
-    print(json.dumps(res, indent=2) if a.json else table(res))
-
-
-if __name__ == "__main__":
-    main()
+@click.command("pairfree-identifiability", help=__doc__)
+@click.option("--dim", type=int, default=32, show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def cli(dim, as_json):
+    res = run(dim)
+    print(json.dumps(res, indent=2) if as_json else table(res))

@@ -3,7 +3,7 @@ on the embedded Tux Paint test split for the paired rotation, the two pair-free 
 geometric matcher; ``head``: classifier-head pseudo-pairs) and ``--seeds`` random rotations, whose mean and
 standard deviation give each rotation a z-score against the floor.
 
-    python -m eval.experiments.pairfree_margin [--seeds 10] [--captioner retrieval|decoder] [--prompts captions]
+    python -m eval experiment pairfree-margin [--seeds 10] [--captioner retrieval|decoder] [--prompts captions]
         [--split test|val] [--json] [--out FILE]
 
 CIDEr is pycocoevalcap's (0-10; x100 in the table). The retrieval captioner by default; ``--captioner
@@ -13,10 +13,10 @@ as it is, every other rotation's, the random ones too, through DeCap's projectio
 """
 from __future__ import annotations
 
-import argparse
 import sys
 import time
 
+import click
 import numpy as np
 
 from eval.experiments import emit, held_out_captions
@@ -28,9 +28,9 @@ def run(seeds: int = 10, image_encoder: str = "efficientnet-lite0", text_encoder
         progress: bool = True, captioner: str = "retrieval", prompts: str = "templates", split: str = "test") -> dict:
     from alignment.procrustes import fit_random
     from captioner.datasets import get_dataset
+    from captioner.evaluation.coco import predict, references, score_captions
+    from captioner.evaluation.zeroshot import evaluate_zeroshot
     from captioner.pipeline import Pipeline
-    from eval.coco import predict, references, score_captions
-    from eval.zeroshot import evaluate_zeroshot
 
     def log(msg):
         if progress:
@@ -100,24 +100,18 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=10, help="random rotations for the floor's mean and spread")
-    ap.add_argument("--image-encoder", default="efficientnet-lite0")
-    ap.add_argument("--text-encoder", default="minilm-l6")
-    ap.add_argument("--captioner", default="retrieval", choices=("retrieval", "decoder"))
-    ap.add_argument("--prompts", default="templates", choices=("templates", "captions"),
-                    help="zero-shot classes: the 80 templates, or also the train captions of each category")
-    ap.add_argument("--split", default="test", choices=("test", "val"),
-                    help="val to choose between settings (its captions then leave the decoder corpus too)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    if a.seeds < 2:
-        ap.error("--seeds must be at least 2 (the floor's spread)")
-    res = run(a.seeds, a.image_encoder, a.text_encoder, captioner=a.captioner, prompts=a.prompts, split=a.split)
-    emit(res, a.out, a.json, table(res))
-
-
-if __name__ == "__main__":
-    main()
+@click.command("pairfree-margin", help=__doc__)
+@click.option("--seeds", type=click.IntRange(min=2), default=10, show_default=True,
+              help="random rotations for the floor's mean and spread (at least 2)")
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+@click.option("--captioner", default="retrieval", show_default=True, type=click.Choice(("retrieval", "decoder")))
+@click.option("--prompts", default="templates", show_default=True, type=click.Choice(("templates", "captions")),
+              help="zero-shot classes: the 80 templates, or also the train captions of each category")
+@click.option("--split", default="test", show_default=True, type=click.Choice(("test", "val")),
+              help="val to choose between settings (its captions then leave the decoder corpus too)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, image_encoder, text_encoder, captioner, prompts, split, as_json, out):
+    res = run(seeds, image_encoder, text_encoder, captioner=captioner, prompts=prompts, split=split)
+    emit(res, out, as_json, table(res))

@@ -2,14 +2,14 @@
 paired Procrustes: image -> caption R@1 on the Tux Paint test pairs (85) and, for the train images, of
 their own caption among the bank (no pair is used to fit; sample ids only score).
 
-    python -m eval.experiments.pairfree_seeds [--image-encoder efficientnet-lite0] [--text-encoder minilm-l6]
+    python -m eval experiment pairfree-seeds [--image-encoder efficientnet-lite0] [--text-encoder minilm-l6]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 
+import click
 import numpy as np
 
 
@@ -46,17 +46,12 @@ def run(image_encoder: str = "efficientnet-lite0", text_encoder: str = "minilm-l
             "loadavg": os.getloadavg()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--image-encoder", default="efficientnet-lite0")
-    ap.add_argument("--text-encoder", default="minilm-l6")
-    a = ap.parse_args(argv)
-    res = run(a.image_encoder, a.text_encoder)
+@click.command("pairfree-seeds", help=__doc__)
+@click.option("--image-encoder", default="efficientnet-lite0", show_default=True)
+@click.option("--text-encoder", default="minilm-l6", show_default=True)
+def cli(image_encoder, text_encoder):
+    res = run(image_encoder, text_encoder)
     print(json.dumps(res, default=float))
     print("\n| rotation | test R@1 | train image -> own caption R@1 |\n|---|---|---|")
     for k, r in res["rows"].items():
         print(f"| {k} | {r['test_R@1']:.3f} | {r['train_R@1']:.3f} |")
-
-
-if __name__ == "__main__":
-    main()

@@ -15,7 +15,7 @@ five attributes right (read with ``captioner.world.scenes.read_caption``), each 
 (x100) against the scenes' clean captions. ``--split test`` measures the same on the test renders, once the
 input is chosen on val. ``eval.world.chain.DECODE_INPUT`` is the winner.
 
-    python -m eval.experiments.world_decode_input [--seeds 0,1,2] [--split val|test] [--decoders DIR] [--json]
+    python -m eval experiment world-decode-input [--seeds 0,1,2] [--split val|test] [--decoders DIR] [--json]
         [--out FILE]
 
 Needs the world's models (``captioner world train --preset lab --seed N``); the decoders are the report's
@@ -23,15 +23,14 @@ Needs the world's models (``captioner world train --preset lab --seed N``); the 
 """
 from __future__ import annotations
 
-import argparse
 import os
-import sys
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
-from eval.experiments import emit, run_or_exit, seed_list
+from eval.experiments import SEEDS, emit
 
 INPUTS = ("retrieved", "projection@0.01", "projection@0.03", "projection@0.1", "projection@0.3", "rotation")
 ROTATIONS = ("paired", "lattice-disjoint")
@@ -42,7 +41,7 @@ def named_right(captions, dataset) -> dict:
     """Per attribute and for all five at once: the share of ``captions`` (one per sample of ``dataset``)
     naming the value of its sample's clean scene."""
     from captioner.world.scenes import read_caption
-    from eval.world.setting import attribute_labels
+    from captioner.world.setting import attribute_labels
 
     got = [read_caption(c) for c in captions]
     want = attribute_labels(dataset)
@@ -53,6 +52,7 @@ def named_right(captions, dataset) -> dict:
 def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val") -> list[dict]:
     from captioner.datasets import get_dataset
     from captioner.encoders import get_encoder
+    from captioner.world.setting import setting
     from eval.world.chain import (
         TEXT_ENCODERS,
         _centred,
@@ -64,7 +64,6 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
         text_context,
         world_name,
     )
-    from eval.world.setting import setting
 
     st = setting(seed)
     ev = get_dataset("world", split, seed=seed)
@@ -121,29 +120,23 @@ def table(summ) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+@click.command("world-decode-input", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True)
+@click.option("--preset", default="lab", show_default=True, help="the world models' preset")
+@click.option("--decoders", default=None, help="folder of the report's decoders (default "
+              "$CAPTIONER_HOME/world/report-<preset>)")
+@click.option("--split", default="val", show_default=True, type=click.Choice(("val", "test")),
+              help="val (where the input is chosen) or test (the chosen input, measured once)")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, preset, decoders, split, as_json, out):
     from captioner.paths import home
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
-    ap.add_argument("--preset", default="lab", help="the world models' preset (default lab)")
-    ap.add_argument("--decoders", default=None, help="folder of the report's decoders (default "
-                    "$CAPTIONER_HOME/world/report-lab)")
-    ap.add_argument("--split", default="val", choices=("val", "test"),
-                    help="val (where the input is chosen; default) or test (the chosen input, measured once)")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    decoders = Path(a.decoders) if a.decoders else home() / "world" / f"report-{a.preset}"
+    decoders = Path(decoders) if decoders else home() / "world" / f"report-{preset}"
     decoders.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in a.seeds for r in run_or_exit(ap, seed_rows, s, decoders, a.preset, split=a.split)]
+    rows = [r for s in seeds for r in seed_rows(s, decoders, preset, split=split)]
     summ = summary(rows)
     res = {"rows": rows, "summary": summ, "seconds": round(time.time() - t0, 1),
            "loadavg": [round(x, 2) for x in os.getloadavg()]}
-    emit(res, a.out, a.json, table(summ))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+    emit(res, out, as_json, table(summ))

@@ -2,7 +2,7 @@
 world.
 
 For each seed, the renders and captions that the pair-free matcher gets in the *disjoint scenes* setting
-(``eval.world.setting``) are summarised by
+(``captioner.world.setting``) are summarised by
 
 * the effective number of scenes on each side (1 / sum of squared scene frequencies in the draw): the skewed
   prior concentrates each side on a handful of scenes;
@@ -25,25 +25,27 @@ pairs, which a pair-free method should find) and at the nearest local minimum fr
 zero-shot top-1 at both, and the matcher "ours" on the same draw. A local minimum well below the oracle's
 value and far from it in accuracy means the objective prefers a wrong rotation: no search can fix that.
 
-    python -m eval.experiments.world_disjoint [--seeds 0,1,2] [--preset lab] [--no-probe] [--json]
+    python -m eval experiment world-disjoint [--seeds 0,1,2] [--preset lab] [--no-probe] [--json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
 
+import click
 import numpy as np
+
+from eval.experiments import SEEDS
 
 
 def rake(keys: list, iters: int = 200) -> np.ndarray:
     """Weights over ``keys`` (scene keys, one per row) whose attribute value frequencies match the prior's
-    (``eval.world.setting.PRIOR``, normalised), by iterative proportional fitting. Where a side's few scenes
+    (``captioner.world.setting.PRIOR``, normalised), by iterative proportional fitting. Where a side's few scenes
     cannot reach those frequencies (a sparse support) it stops short: the table shows the distance left."""
     from captioner.world import scenes as W
-    from eval.world.setting import ATTRIBUTES, PRIOR, attribute_values
+    from captioner.world.setting import ATTRIBUTES, PRIOR, attribute_values
 
     vals = attribute_values(keys)
     w = np.ones(len(keys))
@@ -61,7 +63,7 @@ def balanced_split(st, tries: int = 2000) -> set:
     """The 60 % of the train scenes (for the renders) whose prior-weighted attribute frequencies are closest
     to those of the other 40 % (smallest largest total-variation distance over ``tries`` seeded splits)."""
     from captioner.world import scenes as W
-    from eval.world.setting import ATTRIBUTES, attribute_values, prior_weights
+    from captioner.world.setting import ATTRIBUTES, attribute_values, prior_weights
 
     scenes = sorted({s.label for s in st.train.samples})
     w = prior_weights(scenes)
@@ -84,11 +86,11 @@ def balanced_split(st, tries: int = 2000) -> set:
 
 
 def draws(st) -> dict:
-    """(image rows, caption rows) of the disjoint setting: as drawn by ``eval.world.setting``; the same scene
+    """(image rows, caption rows) of the disjoint setting: as drawn by ``captioner.world.setting``; the same scene
     sets raked to the prior's frequencies; and a balanced split of the scenes (``balanced_split``) drawn by
     the prior. No scene is on both sides in any of them. For contrast, the *same scenes* setting (both sides
     drawn from all the train scenes)."""
-    from eval.world.setting import N_CAPTIONS, N_IMAGES, prior_weights
+    from captioner.world.setting import N_CAPTIONS, N_IMAGES, prior_weights
 
     img_keys = [s.label for s in st.train.samples]
     rng = np.random.default_rng(st.seed + 50_000)
@@ -158,8 +160,8 @@ def probe(X, Y, xi, yi, pair_caption, Xt, ctx, iters: int = 300) -> dict:
 
 
 def run(seeds=(0, 1, 2), preset: str = "lab", with_probe: bool = True) -> dict:
+    from captioner.world.setting import compare_sides, setting, side_stats
     from eval.world import chain
-    from eval.world.setting import compare_sides, setting, side_stats
 
     out = []
     for seed in seeds:
@@ -204,19 +206,13 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", default="0,1,2")
-    ap.add_argument("--preset", default="lab")
-    ap.add_argument("--no-probe", action="store_true", help="frequencies only (no world models needed)")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
+@click.command("world-disjoint", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True)
+@click.option("--preset", default="lab", show_default=True)
+@click.option("--no-probe", is_flag=True, help="frequencies only (no world models needed)")
+@click.option("--json", "as_json", is_flag=True)
+def cli(seeds, preset, no_probe, as_json):
     t0 = time.time()
-    res = run([int(s) for s in a.seeds.split(",")], a.preset, not a.no_probe)
-    print(json.dumps(res, indent=1) if a.json else table(res))
+    res = run(seeds, preset, not no_probe)
+    print(json.dumps(res, indent=1) if as_json else table(res))
     print(f"{time.time() - t0:.0f} s; load average {res['loadavg']}", file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

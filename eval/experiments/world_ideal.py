@@ -7,13 +7,13 @@ asks whether a larger world would fix it, without training anything: it replaces
 encoder the theorem describes, the scene's one-hot attribute code (centred and whitened over the uniform world:
 ``sum(values) - len(values)`` dimensions), the caption side one random rotation away, plus Gaussian noise
 (``--noise``, in units of the whitened coordinates). Everything else is the report's setting
-(``eval.world.setting``): 60 % of the scenes for training, split 60 / 40 % into the renders' and the
+(``captioner.world.setting``): 60 % of the scenes for training, split 60 / 40 % into the renders' and the
 captions' scene sets, 6,000 renders and 5,000 captions drawn with repetition from a skewed prior (each
 attribute's values at geometric frequencies, one ratio per attribute), or both sides drawn from all the train
 scenes (``same``). R@1 on the held-out 40 % of scenes: each rotated clean render code against the clean
 caption codes of those scenes (1 / (number of test scenes) by chance).
 
-    python -m eval.experiments.world_ideal [--seeds 3] [--noise 0.2] [--auto] [--lattice] [--json] [--out FILE]
+    python -m eval experiment world-ideal [--seeds 3] [--noise 0.2] [--auto] [--lattice] [--json] [--out FILE]
 
 Worlds: ``lab`` (the report's world: 6 colours x 2 sizes x 3 columns x 3 rows x 3 backgrounds = 324 scenes,
 its prior), ``lab, milder prior`` (more effective scenes a side), and a 3,600-scene world (12 x 3 x 5 x 5 x 4)
@@ -21,17 +21,17 @@ at three skews.
 """
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 import time
 
+import click
 import numpy as np
 
 from captioner.world.data import FRACTIONS
 from captioner.world.scenes import ATTRS
+from captioner.world.setting import ATTRIBUTES, N_CAPTIONS, N_IMAGES, PRIOR
 from eval.experiments import emit
-from eval.world.setting import ATTRIBUTES, N_CAPTIONS, N_IMAGES, PRIOR
 
 LAB_VALUES = tuple(len(ATTRS[a]) for a in ATTRIBUTES)  # 6, 2, 3, 3, 3
 REPORT_PRIOR = tuple(PRIOR[a] for a in ATTRIBUTES)  # 0.55, 0.3, 0.45, 0.25, 0.12
@@ -44,7 +44,7 @@ WORLDS = {
     "3,600 scenes, mild prior": ((12, 3, 5, 5, 4), (0.9, 0.7, 0.85, 0.8, 0.6)),
 }
 TRAIN = FRACTIONS[0]  # the world's train share of the scenes
-FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (eval.world.setting.setting)
+FIRST = 0.6  # the renders' share of the train scenes in the disjoint setting (captioner.world.setting.setting)
 
 
 def ideal_codes(values) -> tuple[np.ndarray, np.ndarray]:
@@ -124,20 +124,14 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seeds", type=int, default=3)
-    ap.add_argument("--noise", type=float, default=0.2, help="Gaussian noise on the whitened codes")
-    ap.add_argument("--auto", action="store_true", help="also the 'auto' matcher on the lab worlds (minutes)")
-    ap.add_argument("--lattice", action="store_true",
-                    help="also the lattice matcher (alignment.lattice) on the lab worlds; it needs noise <= 0.05")
-    ap.add_argument("--json", action="store_true", help="print only the JSON")
-    ap.add_argument("--out", default=None, help="also write the JSON here")
-    a = ap.parse_args(argv)
-    res = experiment(a.seeds, a.noise, a.auto, a.lattice)
-    emit(res, a.out, a.json, table(res))
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+@click.command("world-ideal", help=__doc__)
+@click.option("--seeds", type=int, default=3, show_default=True)
+@click.option("--noise", type=float, default=0.2, show_default=True, help="Gaussian noise on the whitened codes")
+@click.option("--auto", is_flag=True, help="also the 'auto' matcher on the lab worlds (minutes)")
+@click.option("--lattice", is_flag=True,
+              help="also the lattice matcher (alignment.lattice) on the lab worlds; it needs noise <= 0.05")
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, noise, auto, lattice, as_json, out):
+    res = experiment(seeds, noise, auto, lattice)
+    emit(res, out, as_json, table(res))

@@ -10,19 +10,19 @@ chance), against the correspondence the matcher finds and against random rotatio
 found correspondence scores within the random-correspondence spread carries no alignment the matcher could
 use (the bad-views prediction); one far above it does.
 
-    python -m eval.experiments.world_lattice_floor [--seeds 0,1,2] [--draws 10] [--json]
+    python -m eval experiment world-lattice-floor [--seeds 0,1,2] [--draws 10] [--json]
 
 Needs the world's models for each seed (``captioner world train --preset lab --seed N``).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 
+import click
 import numpy as np
 
-from eval.experiments import run_or_exit, seed_list
+from eval.experiments import SEEDS
 
 TEXT = ("text-jepa", "ntp", "ntp-last", "untrained")
 KINDS = ("found", "random correspondence", "random rotation")
@@ -32,6 +32,7 @@ def seed_rows(seed: int, draws: int, preset: str = "lab", text=TEXT) -> list[dic
     from alignment.lattice import factorize_cached, lattice_rotation, random_correspondence
     from captioner.rotations import ArraySource, get_kind
     from captioner.world.scenes import CARDS
+    from captioner.world.setting import setting
     from eval.world.chain import (
         ROTATIONS,
         TEXT_ENCODERS,
@@ -42,7 +43,6 @@ def seed_rows(seed: int, draws: int, preset: str = "lab", text=TEXT) -> list[dic
         text_context,
         world_name,
     )
-    from eval.world.setting import setting
 
     st = setting(seed)
     img = world_name("world-image-jepa", preset, seed)
@@ -102,20 +102,16 @@ def table(summ: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--seeds", type=seed_list, default=[0, 1, 2], help="comma-separated (default 0,1,2)")
-    ap.add_argument("--draws", type=int, default=10, help="random correspondences and random rotations a seed")
-    ap.add_argument("--preset", default="lab")
-    ap.add_argument("--json", action="store_true", help="print the rows too")
-    a = ap.parse_args(argv)
+@click.command("world-lattice-floor", help=__doc__)
+@click.option("--seeds", type=SEEDS, default="0,1,2", show_default=True)
+@click.option("--draws", type=int, default=10, show_default=True,
+              help="random correspondences and random rotations a seed")
+@click.option("--preset", default="lab", show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print the rows too")
+def cli(seeds, draws, preset, as_json):
     t0 = time.time()
-    rows = [r for s in a.seeds for r in run_or_exit(ap, seed_rows, s, a.draws, a.preset)]
+    rows = [r for s in seeds for r in seed_rows(s, draws, preset)]
     summ = summary(rows)
-    print(json.dumps({"seeds": ",".join(map(str, a.seeds)), "draws": a.draws, "summary": summ, "seconds": round(time.time() - t0, 1),
-                      **({"rows": rows} if a.json else {})}, indent=1))
+    print(json.dumps({"seeds": ",".join(map(str, seeds)), "draws": draws, "summary": summ,
+                      "seconds": round(time.time() - t0, 1), **({"rows": rows} if as_json else {})}, indent=1))
     print(table(summ))
-
-
-if __name__ == "__main__":
-    main()

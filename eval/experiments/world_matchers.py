@@ -3,15 +3,16 @@ with the text JEPA, against paired Procrustes and a random rotation: matcher acc
 residual, R@1, CIDEr x100 of the retrieved caption and mean zero-shot top-1 (the world report's columns,
 ``eval.world.chain``). Needs the world's models (``captioner world train --preset P --seed N``).
 
-    python -m eval.experiments.world_matchers [--seed 2] [--preset lab] [--json]
+    python -m eval experiment world-matchers [--seed 2] [--preset lab] [--json]
 """
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
 import time
+
+import click
 
 # key -> (rotation kind, options, data, label), as eval.world.chain.ROTATIONS
 MATCHERS = {
@@ -25,7 +26,7 @@ ORDER = ["paired", "pairfree-disjoint", "auto-disjoint", "rosetta-disjoint", "pa
 
 def run(seed: int = 2, preset: str = "lab") -> dict:
     import eval.world.chain as chain
-    from eval.world.setting import setting
+    from captioner.world.setting import setting
 
     rotations = {**chain.ROTATIONS, **MATCHERS}
     saved, chain.ROTATIONS = chain.ROTATIONS, rotations
@@ -57,18 +58,12 @@ def table(res: dict) -> str:
     return "\n".join(out)
 
 
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--seed", type=int, default=2)
-    ap.add_argument("--preset", default="lab")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run(a.seed, a.preset)
-    print(json.dumps(res, indent=1) if a.json else table(res))
-    print(f"world {a.preset} seed {a.seed}, text JEPA; {res['seconds']} s; load average {res['loadavg']}",
+@click.command("world-matchers", help=__doc__)
+@click.option("--seed", type=int, default=2, show_default=True)
+@click.option("--preset", default="lab", show_default=True)
+@click.option("--json", "as_json", is_flag=True)
+def cli(seed, preset, as_json):
+    res = run(seed, preset)
+    print(json.dumps(res, indent=1) if as_json else table(res))
+    print(f"world {preset} seed {seed}, text JEPA; {res['seconds']} s; load average {res['loadavg']}",
           file=sys.stderr)
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""The alignment scaling law of the scene lab (``captioner scaling``).
+"""The alignment scaling law of the scene lab (``python -m eval scaling``).
 
 Modules: ``config`` (ScalingConfig, presets, methods), ``laws`` (the power and logistic laws, their fits,
 held-out predictions and sample ratios: pure functions), ``runs`` (training and measuring each run,

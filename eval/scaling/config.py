@@ -24,7 +24,7 @@ class ScalingConfig:
     image_batch: int = 64
     k: int = 10
     world_seed: int = 0
-    # train every run as ``captioner scenelab`` trains its models (its objective: SIGReg weight 0.1 and
+    # train every run as ``python -m eval scenelab`` trains its models (its objective: SIGReg weight 0.1 and
     # linear predictors; its warm-up and checkpoints; the image JEPA with its steps), with this config's
     # n_train, batch_size, lr and embed_dim: the largest JEPA run is then the lab's text JEPA, its steps
     # and seed the lab's. False: the short runs of the cpu preset (preset objective, warm-up n / 10)

@@ -239,7 +239,7 @@ def run_scaling(preset: str | ScalingConfig = "cpu", out=None, force: bool = Fal
 
     ``workers`` > 1 starts that many - 1 more processes on this machine (torch threads shared out among
     them); every process takes the next run nobody has claimed (``claim``), largest first, and this one
-    waits for the others' results before the analysis. Another ``captioner scaling`` on the same folder
+    waits for the others' results before the analysis. Another ``python -m eval scaling`` on the same folder
     joins in the same way; a killed worker's run is taken over (and resumed from its checkpoint).
     ``runs_only``: only the runs (a worker), returning {"runs": [...]}.
     """

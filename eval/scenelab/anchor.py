@@ -1,28 +1,28 @@
 """Start a scene lab's image JEPA at the answer: is its residual the CNN's limit or the objective's pull?
 
-    captioner scenelab anchor LAB --out ANCHOR [--steps 2000]
-    captioner scenelab --init-from ANCHOR --n-train N --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
+    python -m eval scenelab anchor LAB --out ANCHOR [--steps 2000]
+    python -m eval scenelab --init-from ANCHOR --n-train N --image-steps 1600 --text-steps 1 --lr 1e-3 --out ANCHOR-sigreg
 
-``LAB`` is a finished ``captioner scenelab --out LAB`` folder. The first command trains a fresh image
+``LAB`` is a finished ``python -m eval scenelab --out LAB`` folder. The first command trains a fresh image
 encoder of LAB's architecture *with labels* (diagnostic only: no lab result uses them), by least squares
 onto the whitened latents (``scenelab.latent_features``) of what each of LAB's training renders shows
 (``scenelab.observed_scenes``: corrupted attributes included), on the same renders and augmentations.
 It prints the encoder's held-out residual against the latents (the lab's score, clean test renders)
 and writes ANCHOR as a lab folder: ``image-jepa/checkpoint.pt`` holds that encoder (and, for a linear
 predictor, the theorem's predictor: the view kernel's eigenvalue (1 - CORRUPT)^2 times the identity);
-``text-jepa`` and ``ntp`` are LAB's kept checkpoints. ``captioner scenelab --init-from ANCHOR`` then trains
+``text-jepa`` and ``ntp`` are LAB's kept checkpoints. ``python -m eval scenelab --init-from ANCHOR`` then trains
 the JEPA objective from the answer: if the residual stays near the anchor's, the answer is a fixed point
 of the objective and a lab run far from it is an optimisation failure; if it drifts back to the lab's
 figure, the objective itself (with this encoder and these views) prefers the warp.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import shutil
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
 
@@ -44,7 +44,7 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     cfg = S.lab_config(lab)
     if cfg is None:
         raise CaptionerError(f"scenelab_anchor: {lab} is not a finished lab (no scenelab.json); "
-                             f"run `captioner scenelab --out {lab}` first")
+                             f"run `python -m eval scenelab --out {lab}` first")
     if out.resolve() == lab.resolve():
         raise CaptionerError("scenelab_anchor: --out must be another folder than LAB")
     if cfg.embed_dim != W.LATENT_DIM:
@@ -108,21 +108,16 @@ def train_anchor(lab, out, steps: int = 2000, batch_size: int = 128, lr: float =
     return res
 
 
-def main(argv=None, prog: str | None = None) -> None:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
-    ap.add_argument("--out", required=True, help="the anchor folder to write (then `captioner scenelab --init-from` it)")
-    ap.add_argument("--steps", type=int, default=2000, help="supervised steps (default 2000)")
-    ap.add_argument("--lr", type=float, default=2e-3, help="peak learning rate (default 2e-3)")
-    ap.add_argument("--quiet", action="store_true", help="no progress bar")
-    a = ap.parse_args(argv)
-    res = train_anchor(a.lab, a.out, steps=a.steps, lr=a.lr, progress=not a.quiet)
+@click.command("anchor", help=__doc__)
+@click.argument("lab", type=click.Path())
+@click.option("--out", required=True, help="the anchor folder to write (then `python -m eval scenelab --init-from` it)")
+@click.option("--steps", type=int, default=2000, show_default=True, help="supervised steps")
+@click.option("--lr", type=float, default=2e-3, show_default=True, help="peak learning rate")
+@click.option("--quiet", is_flag=True, help="no progress bar")
+def cli(lab, out, steps, lr, quiet):
+    res = train_anchor(lab, out, steps=steps, lr=lr, progress=not quiet)
     print(json.dumps(res, indent=2))
     print(f"\n| anchor (supervised, labels) | steps | final training loss | residual vs latents (held out) |\n"
           f"| --- | ---: | ---: | ---: |\n| {res['out']} | {res['steps']} | {res['final_loss']:.4f} | "
-          f"{res['residual_vs_latents']:.3f} |\n\nThen: captioner scenelab --init-from {res['out']} "
+          f"{res['residual_vs_latents']:.3f} |\n\nThen: python -m eval scenelab --init-from {res['out']} "
           f"--n-train {res['n_train']} --image-steps 1600 --text-steps 1 --lr 1e-3 --out {res['out']}-sigreg")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,8 +1,8 @@
 """Where a scene-lab run's residual comes from: a decomposition of each JEPA's gap to the latents.
 
-    captioner scenelab diagnose LAB [--views 8] [--json]
+    python -m eval scenelab diagnose LAB [--views 8] [--json]
 
-``LAB`` is a finished ``captioner scenelab --out LAB`` folder (its kept image and text JEPAs). On the
+``LAB`` is a finished ``python -m eval scenelab --out LAB`` folder (its kept image and text JEPAs). On the
 324 held-out scenes, each JEPA's embedding is compared with the whitened latents (``latent_features``)
 in five ways, all held out (fitted on one half of the scenes, scored on the other, as the lab's residual):
 
@@ -23,11 +23,11 @@ it into pairwise interactions between attributes and the rest (``interaction_fra
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
 from pathlib import Path
 
+import click
 import numpy as np
 
 
@@ -123,7 +123,7 @@ def load_kept(lab: Path, kind: str):
     run = kept_run(lab, kind)
     if not (run / "checkpoint.pt").is_file():
         raise CaptionerError(f"scenelab_diagnose: no {kind} checkpoint in {run}; "
-                             f"run `captioner scenelab --out {lab}` first")
+                             f"run `python -m eval scenelab --out {lab}` first")
     enc = load_jepa_encoder(run / "checkpoint.pt")
     return enc.model, enc.cfg
 
@@ -205,17 +205,12 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None, prog: str | None = None) -> None:
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n")[0])
-    ap.add_argument("lab", help="a finished `captioner scenelab --out` folder")
-    ap.add_argument("--views", type=int, default=8, help="observations averaged per scene (default 8)")
-    ap.add_argument("--json", action="store_true", help="print the JSON as well")
-    a = ap.parse_args(argv)
-    res = run(a.lab, a.views)
-    if a.json:
+@click.command("diagnose", help=__doc__)
+@click.argument("lab", type=click.Path())
+@click.option("--views", type=int, default=8, show_default=True, help="observations averaged per scene")
+@click.option("--json", "as_json", is_flag=True, help="print the JSON as well")
+def cli(lab, views, as_json):
+    res = run(lab, views)
+    if as_json:
         print(json.dumps(res, indent=2))
     print(table(res))
-
-
-if __name__ == "__main__":
-    main()

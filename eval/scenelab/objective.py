@@ -7,16 +7,17 @@ each regulariser this prints the held-out Procrustes residual and mutual 10-NN o
 whitened latents (the theorem's answer) and of the two tables against each other; ``--from-latents`` also
 starts a table at the latents to see whether the objective keeps them.
 
-    captioner scenelab objective [--regs vicreg sigreg] [--steps 2000] [--from-latents] [--json]
+    python -m eval scenelab objective [--regs vicreg --regs sigreg] [--steps 2000] [--from-latents] [--json]
 
 What it separates: a gap between the trained image and text JEPAs that the unlimited encoder does not
 have is the encoders' (capacity, optimisation), not the objective's.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import time
+
+import click
 
 
 def per_attribute_reference_gap(k: int = 10) -> dict:
@@ -92,19 +93,15 @@ def table(res: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None, prog: str | None = None):
-    ap = argparse.ArgumentParser(prog=prog, description=__doc__.splitlines()[0])
-    ap.add_argument("--regs", nargs="+", default=["vicreg", "sigreg"], choices=["vicreg", "sigreg", "cov"])
-    ap.add_argument("--steps", type=int, default=2000)
-    ap.add_argument("--reg-weight", type=float, default=0.1)
-    ap.add_argument("--from-latents", action="store_true", help="also start a table at the latents")
-    ap.add_argument("--json", action="store_true")
-    a = ap.parse_args(argv)
-    res = run(tuple(a.regs), a.steps, a.reg_weight, from_latents=a.from_latents)
+@click.command("objective", help=__doc__)
+@click.option("--regs", multiple=True, default=("vicreg", "sigreg"), show_default=True,
+              type=click.Choice(["vicreg", "sigreg", "cov"]), help="repeatable")
+@click.option("--steps", type=int, default=2000, show_default=True)
+@click.option("--reg-weight", type=float, default=0.1, show_default=True)
+@click.option("--from-latents", is_flag=True, help="also start a table at the latents")
+@click.option("--json", "as_json", is_flag=True)
+def cli(regs, steps, reg_weight, from_latents, as_json):
+    res = run(tuple(regs), steps, reg_weight, from_latents=from_latents)
     print(table(res))
-    if a.json:
+    if as_json:
         print(json.dumps(res, indent=2))
-
-
-if __name__ == "__main__":
-    main()

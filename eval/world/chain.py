@@ -21,10 +21,10 @@ import time
 import numpy as np
 
 from captioner.encoders.base import l2n
+from captioner.world.scenes import CARDS  # noqa: F401  (the lattice matcher's one piece of knowledge)
 
-# CARDS: the number of values of each attribute (colour, size, column, row, background), the lattice
-# matcher's one piece of knowledge about the world besides the two unpaired clouds
-from captioner.world.scenes import CARDS
+# the rotations table, the decoder and what it reads: the product's (the demo's world pipeline uses them)
+from captioner.world.setting import DECODE_INPUT, DECODER, ROTATIONS
 
 # key -> (table label, registry encoder name)
 TEXT_ENCODERS = {
@@ -33,20 +33,6 @@ TEXT_ENCODERS = {
     "ntp-last": ("next-token LM, last token", "world-ntp-last"),
     "untrained": ("untrained text encoder", "world-untrained"),
     "minilm-l6": ("MiniLM-L6 (pretrained contrastive, reference)", "minilm-l6"),
-}
-# key -> (rotation kind in captioner.rotations, its options, the data it is fitted on, table label)
-ROTATIONS = {
-    "paired": ("paired", {}, "pairs", "paired Procrustes"),
-    "pairfree-disjoint": ("pairfree", {"matcher": "ours"}, "disjoint", "pair-free ours (disjoint scenes)"),
-    "pairfree-same": ("pairfree", {"matcher": "ours"}, "same", "pair-free ours (same scenes)"),
-    "pairfree-uniform": ("pairfree", {"matcher": "ours"}, "uniform",
-                         "pair-free ours (disjoint scenes, uniform prior: unidentifiable)"),
-    "lattice-disjoint": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "disjoint",
-                         "pair-free lattice (disjoint scenes)"),
-    "lattice-same": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "same",
-                     "pair-free lattice (same scenes)"),
-    "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
-    "random": ("random", {}, "same", "random rotation"),
 }
 # random rotations per seed (seeds 0 .. n-1 of ``fit_random``) for the floor: one rotation per world seed
 # gives a spread over 3 draws only, too few for a "within 2 std of random" test
@@ -146,8 +132,8 @@ def score_rotation(Q: np.ndarray, ctx: dict, proto: tuple | None = None) -> dict
 def text_context(name: str, st, device: str = "cpu") -> dict:
     """The text side of one encoder: bank embeddings, the test pairs' captions, one caption per test scene
     (R@1 candidates) and the zero-shot heads, all centred on the bank's mean."""
+    from captioner.world.setting import attribute_labels
     from captioner.world.zeroshot import attribute_head
-    from eval.world.setting import attribute_labels
 
     Yb = embed(name, st.bank, device)
     mu = Yb.mean(0)
@@ -163,11 +149,6 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
             "Y_test_pairs": embed(name, pair_txt, device), "heads": heads, "labels": attribute_labels(st.test)}
 
 
-# the text-only decoder of each text encoder: trained on the train bank's captions alone (cached)
-DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "vocab_max": 2000, "lr": 2e-3,
-           "noise_std": 0.04}
-
-
 def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
     """The text-only decoder of encoder ``name`` on the bank (``train_decoder``: reused when ``path`` holds
     one for the same encoder and corpus, refused for another encoder)."""
@@ -178,14 +159,6 @@ def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
     mcfg, tcfg = preset(DECODER["preset"], **{k: v for k, v in DECODER.items() if k != "preset"})
     return train_decoder(ctx["bank"], ctx["Y"], get_encoder(name).fingerprint(), path, mcfg, tcfg,
                          device=device, progress=False)
-
-
-# what the decoder reads: "rotation" (the rotated render itself at a caption's radius) or "projection" (DeCap's
-# softmax mean of the bank, temperature 0.03). Chosen on the val split by
-# ``python -m eval.experiments.world_decode_input``: the projection pulls a held-out scene onto the nearest
-# train scenes, so the decoded caption names all five attributes right for ~25 % of val renders where the
-# rotated render itself gives ~97 % (docs/results/world.md).
-DECODE_INPUT = "rotation"
 
 
 def decode(dec, Q: np.ndarray, ctx: dict, how: str = DECODE_INPUT, temperature: float = 0.03) -> list[str]:
@@ -248,7 +221,7 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
 def cider(rows: list[dict], test) -> None:
     """CIDEr (x100) of each row's retrieved (``cider_x100``) and decoded (``cider_decoded_x100``) captions
     against the test scenes' clean captions, in place; one PTB tokenisation (one Java start) for all."""
-    from eval.coco import cider_x100, tokenize
+    from captioner.evaluation.coco import cider_x100, tokenize
 
     ids = [s.id for s in test.samples]
     texts = sorted({c for r in rows for k in ("captions", "decoded") for c in r.get(k, [])}

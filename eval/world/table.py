@@ -1,5 +1,5 @@
 """The world's table: every text encoder x rotation over seeds (mean +- std), with the issue's targets
-checked per seed. ``captioner world report`` runs ``world_report``; each seed's rows are kept as a JSON file
+checked per seed. ``python -m eval world report`` runs ``world_report``; each seed's rows are kept as a JSON file
 (reused while the seed's models are the same), so a killed report resumes at the next seed."""
 from __future__ import annotations
 
@@ -34,9 +34,9 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
+    from captioner.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
     from captioner.world.zeroshot import PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
-    from eval.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
 
     key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
@@ -97,7 +97,7 @@ DISJOINT = ("pairfree-disjoint", "lattice-disjoint")
 
 def _in_world_order(attrs) -> list:
     """The attribute names in the world's order (a JSON round trip of the results may sort the keys)."""
-    from eval.world.setting import ATTRIBUTES
+    from captioner.world.setting import ATTRIBUTES
 
     return sorted(attrs, key=lambda a: ATTRIBUTES.index(a) if a in ATTRIBUTES else len(ATTRIBUTES))
 
@@ -149,7 +149,7 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``).
     ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
     from captioner.paths import atomic_write_json, home
-    from eval.world.setting import disjoint_sides, setting
+    from captioner.world.setting import disjoint_sides, setting
 
     if not seeds:
         raise CaptionerError("world report: give at least one seed")
@@ -230,7 +230,7 @@ def _sides_lines(sides: dict | None) -> list[str]:
     if not sides:
         return []
     lines = ["", "Do the two sides of the disjoint setting show the same world? Without pairs an attribute's values "
-             "are told apart only by their frequencies (`python -m eval.experiments.world_disjoint`):"]
+             "are told apart only by their frequencies (`python -m eval experiment world-disjoint`):"]
     for seed, d in sides.items():
         worst = max(d["tv"], key=d["tv"].get)
         differ = [a for a, ok in d["mode_agrees"].items() if not ok]
@@ -242,7 +242,7 @@ def _sides_lines(sides: dict | None) -> list[str]:
 
 
 def world_section() -> str | None:
-    """The latest ``captioner world report`` table as a Markdown section (for ``captioner report``), or None
+    """The latest ``python -m eval world report`` table as a Markdown section (for ``python -m eval report``), or None
     when no world report exists under the home."""
     from captioner.paths import home
 
@@ -250,5 +250,5 @@ def world_section() -> str | None:
     if not found:
         return None
     res = json.loads(found[-1].read_text())
-    return (f"## The JEPA world (`captioner world report --preset {res['preset']} --seeds "
+    return (f"## The JEPA world (`python -m eval world report --preset {res['preset']} --seeds "
             f"{','.join(map(str, res['seeds']))}`)\n\n" + format_table(res))

@@ -1,12 +1,21 @@
-"""``captioner scenelab``: a thin driver over eval.scenelab (the lab, and its diagnostics as subcommands)."""
+"""``python -m eval scenelab``: a thin driver over eval.scenelab (the lab, and its diagnostics as subcommands)."""
 from __future__ import annotations
 
 import json
 
 import click
 
+from captioner.clikit import LazyGroup
 
-@click.group("scenelab", invoke_without_command=True)
+# the lab's diagnostics: name -> (module, attribute, one-line help)
+DIAGNOSTICS = {
+    "diagnose": ("eval.scenelab.diagnose", "cli", "Where a lab's residual comes from (LAB [--views 8] [--json])."),
+    "anchor": ("eval.scenelab.anchor", "cli", "Train a supervised image encoder to start a lab from (LAB --out ANCHOR)."),
+    "objective": ("eval.scenelab.objective", "cli", "Each regulariser's optimum with an unlimited encoder."),
+}
+
+
+@click.group("scenelab", cls=LazyGroup, lazy=DIAGNOSTICS, invoke_without_command=True)
 @click.option("--preset", default="tiny", show_default=True, help="model preset for the three encoders")
 @click.option("--steps", type=int, default=None, help="training steps for each model (default: 4800 image, 3200 text)")
 @click.option("--image-steps", type=int, default=None, help="image JEPA steps (overrides --steps)")
@@ -47,7 +56,7 @@ import click
 @click.option("--json", "as_json", is_flag=True, help="print the result JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
 @click.pass_context
-def scenelab_cli(ctx, preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden,
+def cli(ctx, preset, steps, image_steps, text_steps, lr, text_lr, reg, reg_weight, pred_hidden,
                  text_reg_weight, text_pred_hidden, image_pool, init_from, restarts, embed_dim, view_k, n_train, n_test,
                  seed, out, as_json, quiet):
     """Check the theorem in a controlled world: image JEPA vs text JEPA vs next-token LM.
@@ -87,21 +96,3 @@ def scenelab_cli(ctx, preset, steps, image_steps, text_steps, lr, text_lr, reg, 
     kw.update(given(embed_dim=embed_dim, view_k=view_k))
     res = run_lab(LabConfig(**kw), out=out, progress=not quiet)
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))
-
-
-def _passthrough(name: str, module: str, summary: str):
-    """A subcommand handing its arguments to ``eval.scenelab.<module>.main`` (which parses them)."""
-    @scenelab_cli.command(name, help=summary, add_help_option=False,
-                          context_settings={"ignore_unknown_options": True, "allow_extra_args": True})
-    @click.argument("args", nargs=-1, type=click.UNPROCESSED)
-    def command(args):
-        import importlib
-
-        importlib.import_module(f"eval.scenelab.{module}").main(list(args), prog=f"captioner scenelab {name}")
-
-    return command
-
-
-_passthrough("diagnose", "diagnose", "Where a lab's residual comes from (LAB [--views 8] [--json]; --help for more).")
-_passthrough("anchor", "anchor", "Train a supervised image encoder to start a lab from (LAB --out ANCHOR; --help).")
-_passthrough("objective", "objective", "Each regulariser's optimum with an unlimited encoder (--help for options).")

@@ -20,7 +20,36 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from captioner.world.scenes import CARDS
 from captioner.world.zeroshot import ATTRIBUTES, attribute_labels, prompts  # noqa: F401  (the report's)
+
+# CARDS: the number of values of each attribute (colour, size, column, row, background), the lattice
+# matcher's one piece of knowledge about the world besides the two unpaired clouds.
+# key -> (rotation kind in captioner.rotations, its options, the data it is fitted on, table label)
+ROTATIONS = {
+    "paired": ("paired", {}, "pairs", "paired Procrustes"),
+    "pairfree-disjoint": ("pairfree", {"matcher": "ours"}, "disjoint", "pair-free ours (disjoint scenes)"),
+    "pairfree-same": ("pairfree", {"matcher": "ours"}, "same", "pair-free ours (same scenes)"),
+    "pairfree-uniform": ("pairfree", {"matcher": "ours"}, "uniform",
+                         "pair-free ours (disjoint scenes, uniform prior: unidentifiable)"),
+    "lattice-disjoint": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "disjoint",
+                         "pair-free lattice (disjoint scenes)"),
+    "lattice-same": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "same",
+                     "pair-free lattice (same scenes)"),
+    "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
+    "random": ("random", {}, "same", "random rotation"),
+}
+
+# the text-only decoder of each text encoder: trained on the train bank's captions alone (cached)
+DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "vocab_max": 2000, "lr": 2e-3,
+           "noise_std": 0.04}
+
+# what the decoder reads: "rotation" (the rotated render itself at a caption's radius) or "projection" (DeCap's
+# softmax mean of the bank, temperature 0.03). Chosen on the val split by
+# ``python -m eval experiment world-decode-input``: the projection pulls a held-out scene onto the nearest
+# train scenes, so the decoded caption names all five attributes right for ~25 % of val renders where the
+# rotated render itself gives ~97 % (docs/results/world.md).
+DECODE_INPUT = "rotation"
 
 # value frequencies of the unpaired sets: geometric in the value order, a ratio per attribute (distinct, so
 # that no two attributes or values share a frequency profile)

@@ -127,7 +127,7 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         if prototypes:
             from captioner.zeroshot import PrototypeClassifier
 
-            pool = pipe._train_images()
+            pool = pipe.train_images()
             clf = PrototypeClassifier(clf, pool)
             out["pairing"] += (f"; class prototypes from {pipe.train_set.name}/{pipe.train_set.split}'s images, "
                                "unlabelled")
@@ -148,7 +148,7 @@ def evaluate_world_zeroshot(pipe, mode: str = "paired", split: str = "test", see
     """Zero-shot top-1 / top-5 of each attribute (colour, size, column, row, background) of the JEPA world's
     ``split`` renders, through ``pipe`` (``captioner.world.demo.world_pipeline``) and its rotation ``mode``:
     each value's class vector is the mean of its prompts from the world's words
-    (``captioner.world.zeroshot``), centred on the bank's mean as in ``captioner world report``. One row an
+    (``captioner.world.zeroshot``), centred on the bank's mean as in ``python -m eval world report``. One row an
     attribute, in :func:`evaluate_zeroshot`'s format."""
     from captioner.cache import embed
     from captioner.datasets import get_dataset

@@ -1,4 +1,4 @@
-"""``captioner scaling``: a thin driver over eval.scaling."""
+"""``python -m eval scaling``: a thin driver over eval.scaling."""
 from __future__ import annotations
 
 import json
@@ -17,7 +17,7 @@ import click
               help="processes training runs at once on this machine (torch threads shared out among them)")
 @click.option("--json", "as_json", is_flag=True, help="print the results JSON")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def scaling_cli(preset, out, force, workers, as_json, quiet):
+def cli(preset, out, force, workers, as_json, quiet):
     """Fit alignment scaling laws over runs at several sample counts and seeds: the saturating power law
     a(n) = a_inf - b n^-c, and a logistic in log n from chance to the world's ceiling.
 
