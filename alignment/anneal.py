@@ -34,8 +34,8 @@ import time
 import numpy as np
 
 from alignment._checks import blas_threads, work_threads
-from alignment.matching import MatchResult, _prepare, _procrustes, _rotation_from
-from alignment.neighbours import _assign, _mutual_and_coupling, _sqnorm
+from alignment.matching import MatchResult, prepare, rotation_from, weighted_procrustes
+from alignment.neighbours import assign, mutual_and_coupling, sqnorm
 
 
 def sign_vector(pattern: int, k: int) -> np.ndarray:
@@ -47,7 +47,7 @@ def sign_vector(pattern: int, k: int) -> np.ndarray:
 def _sq(U, V):
     """Squared distances in numpy (``alignment.neighbours._sqdist`` goes through torch: 5.6 s vs 3.8 s for one
     anneal at N=2000, d=128, from its copies and thread hand-offs on every round)."""
-    return _sqnorm(U)[:, None] + _sqnorm(V)[None, :] - 2.0 * (U @ V.T)
+    return sqnorm(U)[:, None] + sqnorm(V)[None, :] - 2.0 * (U @ V.T)
 
 
 def anneal(A, B, R0, steps: int = 80, start: float = 1.0, end: float = 0.02, sinkhorn_iters: int = 10,
@@ -82,20 +82,20 @@ def match_annealed(X, Y, patterns, k: int, dim: int | None = None, normalize: bo
     """Annealed soft assignment from each sign pattern in ``patterns`` (pattern numbers of the top ``k`` axes,
     best first), every row then assigned one-to-one; the start with the best held-out score wins.
     ``info["starts"]`` lists each start's pattern, held-out score and seconds; ``info["heldout"]`` is the
-    winner's. ``prep``: ``_prepare(X, Y, dim, normalize)`` when the caller already has it."""
+    winner's. ``prep``: ``prepare(X, Y, dim, normalize)`` when the caller already has it."""
     from alignment.csls import heldout_score
 
     t0 = time.perf_counter()
     threads = work_threads()
-    prep = prep or _prepare(X, Y, dim, normalize, threads=threads)
+    prep = prep or prepare(X, Y, dim, normalize, threads=threads)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
     kk = max(1, min(k, d))
     Aw = A[:, :kk] / np.sqrt(prep.var_a[:kk] + 1e-12).astype(np.float32)
     Bw = B[:, :kk] / np.sqrt(prep.var_b[:kk] + 1e-12).astype(np.float32)
-    ys = np.argsort(-_sqnorm(Bw), kind="stable")[:min(n2, max_rows)]
-    xs = np.argsort(-_sqnorm(Aw), kind="stable")[:min(n1, 2 * max_rows)]
+    ys = np.argsort(-sqnorm(Bw), kind="stable")[:min(n2, max_rows)]
+    xs = np.argsort(-sqnorm(Aw), kind="stable")[:min(n1, 2 * max_rows)]
     where = {"threads": threads}
     starts, best = [], None
     for p in patterns:
@@ -105,24 +105,24 @@ def match_annealed(X, Y, patterns, k: int, dim: int | None = None, normalize: bo
         with blas_threads(threads):
             R = anneal(A[xs], B[ys], R0, steps=steps)
         AR = A @ R
-        perm, _, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, **where)
+        perm, _, cand = assign(AR, B, dense_max, candidates, candidate_dims, progress, **where)
         ok = perm >= 0
         if ok.sum() >= 2:  # refit on every assigned pair
             with blas_threads(threads):
-                R = _procrustes(A[ok], B[perm[ok]])
+                R = weighted_procrustes(A[ok], B[perm[ok]])
             AR = A @ R
-            perm, _, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, **where)
+            perm, _, cand = assign(AR, B, dense_max, candidates, candidate_dims, progress, **where)
         score = heldout_score(A, B, perm)
         starts.append({"pattern": int(p), "heldout": round(float(score), 4),
                        "seconds": round(time.perf_counter() - t, 2)})
         if best is None or score > best[0]:
             best = (score, R, perm, cand)
     score, R, perm, cand = best
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     info = {"method": "anneal", "n1": n1, "n2": n2, "dim": d, "sign_axes": kk, "steps": steps,
             "subset": [int(len(xs)), int(len(ys))], "starts": starts, "heldout": round(float(score), 4),
             "mutual_rate": float(mutual_rate), "matched": int((perm >= 0).sum()),
             "seconds": round(time.perf_counter() - t0, 3)}
-    rot = _rotation_from(prep, R, "pairfree", 1.0, {**meta, "fit": {"pairfree": {
+    rot = rotation_from(prep, R, "pairfree", 1.0, {**meta, "fit": {"pairfree": {
         kk_: v for kk_, v in info.items() if kk_ != "starts"}}})
     return MatchResult(rot, perm, coupling, float(mutual_rate), info)

@@ -36,12 +36,12 @@ import numpy as np
 
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _prepare, _procrustes, _rotation_from, check_seeds
-from alignment.neighbours import _assign, _mutual_and_coupling, knn
-from alignment.procrustes import _svd
+from alignment.matching import MatchResult, check_seeds, prepare, rotation_from, weighted_procrustes
+from alignment.neighbours import assign, knn, mutual_and_coupling
+from alignment.procrustes import svd
 
 
-def _kmeans(Z, k: int, rng, iters: int = 25):
+def kmeans(Z, k: int, rng, iters: int = 25):
     """Lloyd's k-means from a k-means++ start. Returns (labels (n,), centroids (k, m))."""
     n = len(Z)
     C = np.empty((k, Z.shape[1]), np.float32)
@@ -75,11 +75,11 @@ def cluster_starts(A, B, clusters: int = 16, cluster_dims: int = 8, restarts: in
     for _ in range(max(1, restarts)):
         xa = rng.permutation(len(A))[: max(clusters, int(bootstrap * len(A)))]
         yb = rng.permutation(len(B))[: max(clusters, int(bootstrap * len(B)))]
-        la, Ca = _kmeans(A[xa, :m], clusters, rng)
-        lb, Cb = _kmeans(B[yb, :m], clusters, rng)
+        la, Ca = kmeans(A[xa, :m], clusters, rng)
+        lb, Cb = kmeans(B[yb, :m], clusters, rng)
         perm = match_classes(Ca @ Ca.T, Cb @ Cb.T, method="faq", restarts=4, seed=int(rng.integers(1 << 30)))
         w = np.sqrt(np.bincount(la, minlength=clusters) * np.bincount(lb, minlength=clusters)[perm])
-        out.append(_procrustes(Ca, Cb[perm], w.astype(np.float32)))
+        out.append(weighted_procrustes(Ca, Cb[perm], w.astype(np.float32)))
     return out
 
 
@@ -120,7 +120,7 @@ def heldout_score(A, B, perm, k: int = 10, sample: int = 4000, seed: int = 0) ->
         if len(fit) < 2:
             return 0.0
         with blas_threads(1):
-            R = _procrustes(A[fit], B[perm[fit]])
+            R = weighted_procrustes(A[fit], B[perm[fit]])
         Q[fold != f] = A[rows[fold != f]] @ R
     return _mutual_csls_rate(Q, B[ys], rows, k)
 
@@ -137,7 +137,7 @@ def _refine(A, B, R, seeded, iters, q_start, q_end, keep_start, csls_k, dense_ma
     prev = None
     for it in range(iters):
         t = it / max(iters - 1, 1)
-        perm, _, _ = _assign(A @ R, B, dense_max, 4, 32, progress, force=(si, sj))
+        perm, _, _ = assign(A @ R, B, dense_max, 4, 32, progress, force=(si, sj))
         if it % 3 == 0 or it == iters - 1:
             s = heldout_score(A, B, perm, csls_k)
             hist.append((it, round(s, 4)))
@@ -163,7 +163,7 @@ def _refine(A, B, R, seeded, iters, q_start, q_end, keep_start, csls_k, dense_ma
 
 
 def _rot(M):
-    U, _, Vt = _svd(np.asarray(M, np.float64))
+    U, _, Vt = svd(np.asarray(M, np.float64))
     return (U @ Vt).astype(np.float32)
 
 
@@ -193,7 +193,7 @@ def match_csls(X, Y, dim: int | None = None, clusters: int = 16, cluster_dims: i
     MatchResult whose ``score`` is :func:`heldout_score` of the answer
     """
     t0 = time.perf_counter()
-    prep = _prepare(X, Y, dim, normalize)
+    prep = prepare(X, Y, dim, normalize)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
@@ -205,7 +205,7 @@ def match_csls(X, Y, dim: int | None = None, clusters: int = 16, cluster_dims: i
     m = min(cluster_dims, d)
     starts = []  # (name, perm)
     for r, Rm in enumerate(cluster_starts(A, B, clusters, m, restarts, bootstrap, seed)):
-        starts.append((f"cluster{r}", _assign(A[:, :m] @ Rm, B[:, :m], dense_max, 4, min(32, m), False,
+        starts.append((f"cluster{r}", assign(A[:, :m] @ Rm, B[:, :m], dense_max, 4, min(32, m), False,
                                               force=(si, sj))[0]))
     for r, p in enumerate(init or ()):
         p = np.asarray(p, np.int64)
@@ -227,14 +227,17 @@ def match_csls(X, Y, dim: int | None = None, clusters: int = 16, cluster_dims: i
                      "R": R, "perm": perm})
     best = max(runs, key=lambda r: r["score"])
     R = best["R"]
-    perm, _, cand = _assign(A @ R, B, dense_max, 4, 32, progress, force=(si, sj))
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    perm, _, cand = assign(A @ R, B, dense_max, 4, 32, progress, force=(si, sj))
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     info = {"method": "csls", "n1": n1, "n2": n2, "dim": d, "clusters": clusters, "cluster_dims": m,
             "starts": [{"start": nm, "score": round(s, 4)} for s, nm, _ in scored],
             "starts_by_name": {nm: round(s, 4) for s, nm, _ in scored},
             "runs": [{k: v for k, v in r.items() if k not in ("R", "perm")} for r in runs],
             "heldout_score": best["score"], "mutual_rate": float(mutual_rate), "seeds": int(len(si)),
             "timings": {"starts_s": round(t_starts, 3)}, "seconds": round(time.perf_counter() - t0, 3)}
-    rot = _rotation_from(prep, R, "csls", 1.0, {**meta, "fit": {"csls": {
+    rot = rotation_from(prep, R, "csls", 1.0, {**meta, "fit": {"csls": {
         k: v for k, v in info.items() if k not in ("runs", "starts")}}})
     return MatchResult(rot, perm, coupling, float(best["score"]), info)
+
+
+_kmeans = kmeans  # the name before it was public (alignment.rosetta imports it): drop once it doesn't

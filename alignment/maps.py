@@ -191,7 +191,7 @@ class LinearMap:
         """
         side, arr_path = _find_files(path)
         meta, arrays = _read_files(side, arr_path)
-        klass = _CLASSES.get(meta.get("class"), cls)
+        klass = MAP_CLASSES.get(meta.get("class"), cls)
         known = {"format", "class", "method", "dim_x", "dim_y", "dim", "scale", "orthogonal", "arrays",
                  "arrays_sha256"}
         try:
@@ -267,7 +267,17 @@ class RidgeMap(LinearMap):
 
 
 def softmax(logits: np.ndarray, temperature: float = 1.0) -> np.ndarray:
-    """Row-wise softmax of ``logits / temperature`` in float64 (stable)."""
+    """Row-wise softmax of ``logits / temperature`` in float64 (stable).
+
+    Parameters
+    ----------
+    logits : (N, C)
+    temperature : > 0
+
+    Returns
+    -------
+    np.ndarray, shape (N, C), rows summing to 1
+    """
     if not temperature > 0:
         raise AlignmentError(f"temperature must be > 0, not {temperature}")
     z = np.asarray(logits, np.float64) / float(temperature)
@@ -331,11 +341,26 @@ class HeadQueryMap(Rotation):
     __call__ = transform
 
 
-_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap, "HeadQueryMap": HeadQueryMap}
+MAP_CLASSES = {"LinearMap": LinearMap, "Rotation": Rotation, "RidgeMap": RidgeMap, "HeadQueryMap": HeadQueryMap}
 
 
 def load_map(path, **kw) -> LinearMap:
-    """Load any saved map (Rotation or RidgeMap); see :meth:`LinearMap.load`."""
+    """Load any saved map (Rotation, RidgeMap, HeadQueryMap); see :meth:`LinearMap.load`.
+
+    Parameters
+    ----------
+    path : the ``.safetensors`` file (its ``.json`` sidecar beside it)
+    **kw : ``x_encoder``, ``y_encoder`` fingerprints (or ``dim_x``, ``dim_y``) the map must fit
+
+    Returns
+    -------
+    LinearMap (its saved class); ``transform`` maps (N, D_x) -> (N, D_y)
+
+    Raises
+    ------
+    MismatchError : fitted for other encoders or dimensions (the message says which)
+    AlignmentError : a missing, damaged or foreign file
+    """
     return LinearMap.load(path, **kw)
 
 

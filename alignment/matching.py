@@ -8,7 +8,7 @@ import numpy as np
 
 from alignment._checks import as_matrix, blas_threads, in_parallel, work_threads
 from alignment.errors import AlignmentError
-from alignment.procrustes import Rotation, _svd, pca
+from alignment.procrustes import Rotation, pca, svd
 
 
 @dataclass
@@ -39,7 +39,17 @@ class MatchResult:
 
 
 @dataclass
-class _Prep:
+class Prep:
+    """Both clouds centred, scaled to unit total variance and put in their own principal axes.
+
+    Attributes
+    ----------
+    A : (N1, d) X in its principal axes; B : (N2, d) Y in its
+    var_a, var_b : (d,) the variance along each axis
+    mx : (D1,), my : (D2,) the means removed
+    Vx : (D1, d), Vy : (D2, d) the principal axes
+    sx, sy : the total standard deviation removed from each side
+    """
     A: np.ndarray  # (N1, d) X in its own principal axes, unit total variance
     B: np.ndarray  # (N2, d)
     var_a: np.ndarray  # (d,)
@@ -56,7 +66,21 @@ class _Prep:
 PREP_CHUNK = 8192
 
 
-def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> _Prep:
+def prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None, threads: int | None = None) -> Prep:
+    """Centre, scale and PCA both clouds (blockwise above ``chunk`` rows) for a matcher.
+
+    Parameters
+    ----------
+    X : (N1, D1), Y : (N2, D2), at least 3 rows each
+    dim : principal axes kept per side, d (None: min(D1, D2))
+    normalize : scale each side to unit total variance
+    rows_l2 : L2-normalise the rows first (cosine geometry)
+    chunk : rows per block (default ``PREP_CHUNK``); threads : worker threads
+
+    Returns
+    -------
+    Prep (``A`` (N1, d), ``B`` (N2, d), the means, axes and scales to map back)
+    """
     X = as_matrix(X, "X", min_rows=3)
     Y = as_matrix(Y, "Y", min_rows=3)
     n1, D1 = X.shape
@@ -74,7 +98,7 @@ def _prepare(X, Y, dim, normalize=True, rows_l2=False, chunk: int | None = None,
         (A, va, mx, Vx, sx), (B, vb, my, Vy, sy) = in_parallel(
             [lambda Z=Z: _pca_side(Z, d, normalize, rows_l2, chunk or PREP_CHUNK) for Z in (X, Y)],
             2 if split else 1)
-    return _Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
+    return Prep(A, B, va, vb, mx, my, Vx, Vy, sx, sy)
 
 
 def _pca_side(X, d, normalize, rows_l2, chunk):
@@ -138,8 +162,21 @@ def _pca_side(X, d, normalize, rows_l2, chunk):
     return P, var, mean, V, scale
 
 
-def _rotation_from(prep: _Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
-    """Wrap a (d, d) rotation between the PCA bases as a map from X's raw space to Y's raw space."""
+def rotation_from(prep: Prep, R: np.ndarray, method: str, scale_fit: float = 1.0, meta=None) -> Rotation:
+    """Wrap a rotation between the PCA bases as a map from X's raw space to Y's.
+
+    Parameters
+    ----------
+    prep : the :class:`Prep` the rotation was found in
+    R : (d, d) orthogonal, ``prep.A @ R ~ prep.B``
+    method : the map's method name (stored)
+    scale_fit : a scale found on top of the sides' own (1: none)
+    meta : stored in the map's metadata
+
+    Returns
+    -------
+    Rotation: ``transform`` maps (N, D1) -> (N, D2)
+    """
     s = prep.sy / prep.sx * scale_fit
     Vx, Vy = prep.Vx.astype(np.float32), prep.Vy.astype(np.float32)
     if Vx.shape[0] == Vx.shape[1] and Vy.shape[0] == Vy.shape[1]:  # square bases: fold them into R
@@ -149,15 +186,37 @@ def _rotation_from(prep: _Prep, R: np.ndarray, method: str, scale_fit: float = 1
                     Vx, Vy, float(s), meta or {})
 
 
-def _procrustes(A, B, w=None):
-    """R (m, m) orthogonal minimising sum_i w_i ||A_i R - B_i||^2 (rows already paired)."""
+def weighted_procrustes(A, B, w=None):
+    """The orthogonal R minimising sum_i w_i ||A_i R - B_i||^2 over paired rows.
+
+    Parameters
+    ----------
+    A : (n, m), B : (n, m) rows already paired
+    w : (n,) non-negative weights, or None (all 1)
+
+    Returns
+    -------
+    np.ndarray, shape (m, m), float32
+    """
     M = (A.T * w) @ B if w is not None else A.T @ B
-    U, _, Vt = _svd(M.astype(np.float64))
+    U, _, Vt = svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
 
 
-def _cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
-    """A[ok]^T B[perm[ok]] (d, d) summed in float64 over blocks of ``chunk`` rows (no N x d gather)."""
+def cross_cov(A, B, perm, ok, chunk: int = PREP_CHUNK):
+    """A[ok]^T B[perm[ok]] summed in float64 over blocks of ``chunk`` rows (no N x d gather).
+
+    Parameters
+    ----------
+    A : (N1, d), B : (N2, d)
+    perm : (N1,) the row of B matched to each row of A
+    ok : (N1,) bool, the rows of A to count
+    chunk : rows per block
+
+    Returns
+    -------
+    np.ndarray, shape (d, d), float64
+    """
     M = np.zeros((A.shape[1], B.shape[1]))
     for s in range(0, len(A), chunk):  # blocks of a few MB: reused memory, not fresh pages
         o = ok[s:s + chunk]
@@ -185,3 +244,8 @@ def check_seeds(seeds, n1: int, n2: int):
         if len(np.unique(S[:, c])) != len(S):
             raise AlignmentError(f"seeds name a row of {side} twice; a seed pair is one-to-one")
     return S[:, 0].astype(np.int64), S[:, 1].astype(np.int64)
+
+
+# The names these had before they were public, for the modules still importing them (alignment.pairfree,
+# starts, rosetta): drop once those import the public names.
+_Prep, _prepare, _rotation_from, _procrustes, _cross_cov = Prep, prepare, rotation_from, weighted_procrustes, cross_cov

@@ -43,6 +43,16 @@ def clamp_outliers(X, q: float = 0.95) -> np.ndarray:
 
 
 def l2_normalize(X) -> np.ndarray:
+    """Rows scaled to unit length.
+
+    Parameters
+    ----------
+    X : (N, D)
+
+    Returns
+    -------
+    np.ndarray, shape (N, D)
+    """
     n = np.linalg.norm(X, axis=1, keepdims=True)
     return X / np.maximum(n, 1e-12)
 
@@ -60,7 +70,18 @@ def _prepare(X, Y, normalize=True, clamp=None, min_rows=2, what=""):
 
 # ----------------------------------------------------------------------------------------------- neighbours
 def knn_indices(X, k: int, chunk: int = 2048) -> np.ndarray:
-    """(N, k) indices of each row's k largest inner products with the other rows (self excluded)."""
+    """Each row's k nearest rows by inner product, self excluded.
+
+    Parameters
+    ----------
+    X : (N, D)
+    k : neighbours per row (k < N)
+    chunk : rows per block (memory O(chunk x N))
+
+    Returns
+    -------
+    np.ndarray, shape (N, k), int: the neighbours' row indices
+    """
     n = X.shape[0]
     if k >= n:
         raise AlignmentError(f"k={k} neighbours need at least {k + 1} rows (self is excluded), got {n}")
@@ -143,8 +164,20 @@ def cka(X, Y, unbiased: bool = False, kernel: str = "linear", rbf_sigma: float =
         clamp: float | None = None) -> float:
     """Centered kernel alignment HSIC(K, L) / sqrt(HSIC(K, K) HSIC(L, L)).
 
-    X : (N, D1), Y : (N, D2) paired rows. ``kernel``: "linear" (inner product, computed in feature space) or
-    "rbf" (exp(-||a - b||^2 / (2 sigma^2)), N x N). Invariant to rotations and isotropic scaling of either side.
+    Invariant to rotations and isotropic scaling of either side.
+
+    Parameters
+    ----------
+    X : (N, D1), Y : (N, D2) paired rows (row i of each describes the same item)
+    unbiased : the unbiased HSIC estimator (Song et al. 2012) instead of tr(K H L H)
+    kernel : "linear" (inner product, computed in feature space) or "rbf" (exp(-||a - b||^2 / (2 sigma^2)), N x N)
+    rbf_sigma : the RBF kernel's width
+    normalize : L2-normalise the rows first (as PRH does)
+    clamp : clip outlying features first (``clamp_outliers``), e.g. 0.95
+
+    Returns
+    -------
+    float in [0, 1] (the unbiased estimate may dip below 0); 1 for X == Y
     """
     X, Y = _prepare(X, Y, normalize, clamp, min_rows=4 if unbiased else 2,
                     what="unbiased CKA" if unbiased else "CKA")
@@ -168,7 +201,17 @@ def cka(X, Y, unbiased: bool = False, kernel: str = "linear", rbf_sigma: float =
 
 
 def unbiased_cka(X, Y, **kw) -> float:
-    """CKA with the unbiased HSIC estimator (PRH ``unbiased_cka``)."""
+    """CKA with the unbiased HSIC estimator (PRH ``unbiased_cka``).
+
+    Parameters
+    ----------
+    X : (N, D1), Y : (N, D2) paired rows, N >= 4
+    **kw : as for :func:`cka`
+
+    Returns
+    -------
+    float
+    """
     return cka(X, Y, unbiased=True, **kw)
 
 
@@ -176,7 +219,17 @@ def cknna(X, Y, k: int = 10, normalize: bool = True, clamp: float | None = None)
     """Centered kernel nearest-neighbour alignment (PRH ``cknna``, unbiased variant).
 
     sim(K, L) = HSIC_u(M o K, M o L) with M the intersection of the two top-k neighbour masks (self
-    excluded); CKNNA = sim(K, L) / sqrt(sim(K, K) sim(L, L)). X : (N, D1), Y : (N, D2), N > k, k >= 2.
+    excluded); CKNNA = sim(K, L) / sqrt(sim(K, K) sim(L, L)).
+
+    Parameters
+    ----------
+    X : (N, D1), Y : (N, D2) paired rows, N > k
+    k : neighbours per row, k >= 2
+    normalize, clamp : as for :func:`cka`
+
+    Returns
+    -------
+    float
     """
     import scipy.sparse as sp
 
@@ -208,7 +261,18 @@ def cknna(X, Y, k: int = 10, normalize: bool = True, clamp: float | None = None)
 def svcca(X, Y, cca_dim: int = 10, normalize: bool = True, clamp: float | None = None) -> float:
     """SVCCA (Raghu et al. 2017; PRH ``svcca``): standardise each feature, keep the top ``cca_dim`` left
     singular vectors of each side, return the mean canonical correlation between them (exact: the singular
-    values of U_X^T U_Y). X : (N, D1), Y : (N, D2) with N > cca_dim and D >= cca_dim."""
+    values of U_X^T U_Y).
+
+    Parameters
+    ----------
+    X : (N, D1), Y : (N, D2) paired rows, N > cca_dim and D1, D2 >= cca_dim
+    cca_dim : directions kept per side
+    normalize, clamp : as for :func:`cka`
+
+    Returns
+    -------
+    float in [0, 1]
+    """
     X, Y = _prepare(X, Y, normalize, clamp, min_rows=cca_dim + 1, what=f"svcca with cca_dim={cca_dim}")
     if min(X.shape[1], Y.shape[1]) < cca_dim:
         raise AlignmentError(f"svcca with cca_dim={cca_dim} needs at least {cca_dim} features per side, got "
@@ -236,7 +300,22 @@ METRICS = {
 
 
 def score(name: str, X, Y, **kw) -> float:
-    """Alignment of paired rows X (N, D1), Y (N, D2) by metric name (see ``METRICS``)."""
+    """Alignment of paired rows by metric name.
+
+    Parameters
+    ----------
+    name : a key of ``METRICS``: "mutual_knn", "cka", "unbiased_cka", "cknna", "svcca"
+    X : (N, D1), Y : (N, D2) paired rows
+    **kw : the metric's options (``k``, ``normalize``, ``clamp`` ...)
+
+    Returns
+    -------
+    float
+
+    Raises
+    ------
+    AlignmentError : an unknown name (the message lists the known ones)
+    """
     if name not in METRICS:
         raise AlignmentError(f"unknown metric {name!r}; choose from {', '.join(METRICS)}")
     return METRICS[name](X, Y, **kw)

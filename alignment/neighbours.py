@@ -9,11 +9,11 @@ from alignment._checks import blas_threads, in_parallel
 from alignment.nnsearch import knn  # noqa: F401  (re-exported: the matchers import it from here)
 
 
-def _sqnorm(A):
+def sqnorm(A):
     return np.einsum("ij,ij->i", A, A)
 
 
-def _sqdist(Q, K):
+def sqdist(Q, K):
     """Dense (Nq, Nk) squared distances as a torch tensor (float32)."""
     import torch
 
@@ -24,7 +24,7 @@ def _sqdist(Q, K):
     return D.clamp_min_(0)
 
 
-def _mutual(Bq, Ar, threads: int = 1):
+def mutual_neighbours(Bq, Ar, threads: int = 1):
     """Mutual nearest neighbours between query rows Bq (n, m) and reference rows Ar (r, m). With ``threads``
     >= 2 the rows (then the columns, for the reverse neighbours) are split between Python threads, each on
     one BLAS thread: the same arithmetic, and no OpenBLAS workers left spinning on a core afterwards.
@@ -32,7 +32,7 @@ def _mutual(Bq, Ar, threads: int = 1):
     Returns (qi, ri, d2) of the mutual pairs and the fraction of queries that are mutual."""
     n, r = len(Bq), len(Ar)
     D = np.empty((n, r), np.result_type(Bq.dtype, Ar.dtype))  # turned in place into squared distances
-    bn, an = _sqnorm(Bq), _sqnorm(Ar)
+    bn, an = sqnorm(Bq), sqnorm(Ar)
     rows = np.array_split(np.arange(n), max(1, threads))
     cols = np.array_split(np.arange(r), max(1, threads))
 
@@ -84,7 +84,7 @@ def _one_blas_thread(threads):
 IVF_FROM = 1_000_000_000
 
 
-def _assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None, force=None, search="auto",
+def assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None, force=None, search="auto",
             device=None, threads=None):
     """One-to-one assignment of rows of AR (N1, d) to rows of B (N2, d) by squared distance.
 
@@ -126,14 +126,14 @@ def _assign(AR, B, dense_max, candidates, candidate_dims, progress, y_idx=None, 
 
 
 def _assign_dense(AR, B, candidates, force):
-    """:func:`_assign` for small N1 x N2: Hungarian on the dense cost."""
+    """:func:`assign` for small N1 x N2: Hungarian on the dense cost."""
     import torch
     from scipy.optimize import linear_sum_assignment
 
     n1 = AR.shape[0]
     perm = np.full(n1, -1, np.int64)
     dist = np.full(n1, np.inf, np.float32)
-    Ct = _sqdist(B, AR)  # (N2, N1)
+    Ct = sqdist(B, AR)  # (N2, N1)
     c = min(candidates, n1)
     v, j = torch.topk(Ct, c, dim=1, largest=False, sorted=True)
     y_idx, y_d2 = j.numpy().astype(np.int64), v.numpy()
@@ -217,7 +217,7 @@ def _match_leftovers(AR, B, perm, used_y, dist, dense_max, m, c, search, device,
         if not len(lx) or not len(ly):
             return
         if len(lx) * len(ly) <= dense_max:
-            C = _sqdist(B[ly], AR[lx]).numpy()
+            C = sqdist(B[ly], AR[lx]).numpy()
             r, cidx = linear_sum_assignment(C)
             perm[lx[cidx]] = ly[r]
             dist[lx[cidx]] = C[r, cidx]
@@ -240,7 +240,7 @@ def _rerank(B, AR, y_idx, chunk=4096):
     return out
 
 
-def _mutual_and_coupling(cand, n1, n2):
+def mutual_and_coupling(cand, n1, n2):
     """Mutual-NN rate (mutual pairs / min(N1, N2)) and a sparse (N1, N2) soft coupling over each Y row's
     candidates."""
     import scipy.sparse as sp
@@ -263,3 +263,8 @@ def _mutual_and_coupling(cand, n1, n2):
     p /= p.sum(1, keepdims=True)
     coupling = sp.csr_matrix((p.ravel() / n2, (cols, rows)), shape=(n1, n2))
     return mutual, coupling
+
+
+# The names these had before they were public, for the modules still importing them (alignment.pairfree,
+# starts, rosetta, diagnose): drop once those import the public names.
+_sqnorm, _sqdist, _mutual, _assign, _mutual_and_coupling = sqnorm, sqdist, mutual_neighbours, assign, mutual_and_coupling

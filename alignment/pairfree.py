@@ -413,11 +413,3 @@ def _procrustes_seeded(A, B, seeded, m=None, M=None):
         M = M + w * (sa.T @ sb)
     U, _, Vt = _svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)
-
-
-def __getattr__(name):  # the baselines live in their own module; old imports keep working
-    if name in ("match_wp", "match_gw"):
-        from alignment import pairfree_baselines
-
-        return getattr(pairfree_baselines, name)
-    raise AttributeError(name)

@@ -8,9 +8,9 @@ import numpy as np
 
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _prepare, _procrustes, _rotation_from
-from alignment.neighbours import _assign, _mutual, _mutual_and_coupling, _sqnorm
-from alignment.procrustes import _svd
+from alignment.matching import MatchResult, prepare, rotation_from, weighted_procrustes
+from alignment.neighbours import assign, mutual_and_coupling, mutual_neighbours, sqnorm
+from alignment.procrustes import svd
 
 
 # ----------------------------------------------------------------------------------------------- WP
@@ -41,7 +41,7 @@ def match_wp(X, Y, dim: int | None = 32, stages=(4, 8, 16, 32, 64), starts: int 
     t0 = time.perf_counter()
     if dim is not None and np.ndim(X) == 2 and np.ndim(Y) == 2:
         dim = min(dim, np.shape(X)[1], np.shape(Y)[1])  # the default 32 on smaller embeddings
-    prep = _prepare(X, Y, dim, True, rows_l2)
+    prep = prepare(X, Y, dim, True, rows_l2)
     A, B = prep.A, prep.B
     (n1, d), n2 = A.shape, B.shape[0]
     rng = np.random.default_rng(seed)
@@ -53,11 +53,11 @@ def match_wp(X, Y, dim: int | None = 32, stages=(4, 8, 16, 32, 64), starts: int 
         """Alternate assignment and Procrustes in the top k axes; returns (R, mean cost, cols)."""
         Ak, Bk = As[:, :k], Bs[:, :k]
         for it in range(n_it + 1):
-            C = _sqnorm(Ak @ R)[:, None] + _sqnorm(Bk)[None, :] - 2.0 * ((Ak @ R) @ Bk.T)
+            C = sqnorm(Ak @ R)[:, None] + sqnorm(Bk)[None, :] - 2.0 * ((Ak @ R) @ Bk.T)
             r, c = linear_sum_assignment(C)
             if it == n_it:
                 return R, float(C[r, c].mean()), (r, c)
-            R = _procrustes(Ak[r], Bk[c])
+            R = weighted_procrustes(Ak[r], Bk[c])
 
     hist = []
     with blas_threads(1):
@@ -85,13 +85,13 @@ def match_wp(X, Y, dim: int | None = 32, stages=(4, 8, 16, 32, 64), starts: int 
         if min(n1, n2) > len(xs) or min(n1, n2) > len(ys):  # refine on more rows
             xr, yr = rng.permutation(n1)[:refine_n], rng.permutation(n2)[:refine_n]
             R, _, _ = wp(R, A[xr], B[yr], d, 5)
-    perm, dist, cand = _assign(A @ R, B, dense_max, 4, 32, progress)
+    perm, dist, cand = assign(A @ R, B, dense_max, 4, 32, progress)
     ok = perm >= 0
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     info = {"method": "wp", "n1": n1, "n2": n2, "dim": d, "stages": hist, "ot_cost": float(dist[ok].mean()),
             "mutual_rate": float(mutual_rate), "matched": int(ok.sum()), "search_n": int(len(xs)),
             "seconds": round(time.perf_counter() - t0, 3)}
-    rot = _rotation_from(prep, R, "pairfree-wp", 1.0, {**meta, "fit": {"pairfree": info}})
+    rot = rotation_from(prep, R, "pairfree-wp", 1.0, {**meta, "fit": {"pairfree": info}})
     return MatchResult(rot, perm, coupling, float(mutual_rate), info)
 
 
@@ -122,14 +122,14 @@ def match_gw(X, Y, dim: int | None = None, epsilon: float = 5e-3, max_iter: int 
     import ot  # POT: only the baseline needs it
 
     t0 = time.perf_counter()
-    prep = _prepare(X, Y, dim, normalize)
+    prep = prepare(X, Y, dim, normalize)
     A, B = prep.A.astype(np.float64), prep.B.astype(np.float64)
     n1, n2 = len(A), len(B)
     if max(n1, n2) > max_n:
         raise AlignmentError(f"Gromov-Wasserstein needs dense {n1}x{n1} and {n2}x{n2} matrices; refusing "
                              f"N > max_n={max_n} (use method='ours')")
-    C1 = np.maximum(_sqnorm(A)[:, None] + _sqnorm(A)[None, :] - 2 * A @ A.T, 0)
-    C2 = np.maximum(_sqnorm(B)[:, None] + _sqnorm(B)[None, :] - 2 * B @ B.T, 0)
+    C1 = np.maximum(sqnorm(A)[:, None] + sqnorm(A)[None, :] - 2 * A @ A.T, 0)
+    C2 = np.maximum(sqnorm(B)[:, None] + sqnorm(B)[None, :] - 2 * B @ B.T, 0)
     C1 /= C1.mean()
     C2 /= C2.mean()
     p, q = np.full(n1, 1.0 / n1), np.full(n2, 1.0 / n2)
@@ -146,15 +146,15 @@ def match_gw(X, Y, dim: int | None = None, epsilon: float = 5e-3, max_iter: int 
     perm = np.full(n1, -1, np.int64)
     perm[r] = c
     R = _procrustes_from_plan(A, B, T)
-    _, _, _, frac = _mutual(B.astype(np.float32), (A @ R).astype(np.float32)) if n1 * n2 <= 25e6 else (0, 0, 0, np.nan)
+    _, _, _, frac = mutual_neighbours(B.astype(np.float32), (A @ R).astype(np.float32)) if n1 * n2 <= 25e6 else (0, 0, 0, np.nan)
     info = {"method": "gw", "n1": n1, "n2": n2, "dim": A.shape[1], "epsilon": epsilon,
             "mutual_rate": float(frac), "seconds": round(time.perf_counter() - t0, 3),
             "solver_warnings": len(caught)}
-    rot = _rotation_from(prep, R.astype(np.float32), "pairfree-gw", 1.0, {**meta, "fit": {"pairfree": info}})
+    rot = rotation_from(prep, R.astype(np.float32), "pairfree-gw", 1.0, {**meta, "fit": {"pairfree": info}})
     return MatchResult(rot, perm, T, float(frac), info)
 
 
 def _procrustes_from_plan(A, B, T):
     M = A.T @ (T @ B)  # (d, d) cross-covariance under the coupling
-    U, _, Vt = _svd(M)
+    U, _, Vt = svd(M)
     return U @ Vt

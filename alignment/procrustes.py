@@ -20,16 +20,7 @@ import numpy as np
 
 from alignment._checks import as_matrix, blas_threads, check_pair, float_dtype
 from alignment.errors import AlignmentError
-from alignment.maps import (  # noqa: F401  (re-exported: this module's public names before the split)
-    _CLASSES,
-    FINGERPRINT_FIELDS,
-    FORMAT_VERSION,
-    LinearMap,
-    RidgeMap,
-    Rotation,
-    jsonable,
-    load_map,
-)
+from alignment.maps import RidgeMap, Rotation
 
 
 # ----------------------------------------------------------------------------------------------- core math
@@ -49,7 +40,7 @@ def orthogonal_procrustes(A, B, check: bool = True):
     if check:
         A, B = check_pair(A, B, ("A", "B"), allow_constant=True)
     M = A.T @ B  # (Dx, Dy): the only pass over the N rows
-    U, s, Vt = _svd(M)
+    U, s, Vt = svd(M)
     return U @ Vt, float(s.sum())
 
 
@@ -87,7 +78,18 @@ def pca(Xc: np.ndarray, d: int):
 
 
 def random_orthogonal(d: int, seed: int = 0, dtype=np.float64) -> np.ndarray:
-    """A Haar-distributed random (d, d) orthogonal matrix (QR of a Gaussian with the sign fix)."""
+    """A Haar-distributed random orthogonal matrix (QR of a Gaussian with the sign fix).
+
+    Parameters
+    ----------
+    d : the size
+    seed : the generator's seed (same seed, same matrix)
+    dtype : the result's dtype
+
+    Returns
+    -------
+    np.ndarray, shape (d, d), with ``R.T @ R == I`` to rounding
+    """
     rng = np.random.default_rng(seed)
     with blas_threads(1):
         Qm, Rm = np.linalg.qr(rng.standard_normal((d, d)))
@@ -153,7 +155,7 @@ def fit_procrustes(X, Y, center: bool = True, scale: bool = False, dim: int | No
             M = ((X - mx.astype(dt)).T @ (Y - my.astype(dt))).astype(np.float64)  # cancellation: be exact
         nxm, nym = n * float(mx @ mx), n * float(my @ my)
         sums = lambda: (_sq(X) - nxm, _sq(Y) - nym, _sq(Y) - nym)  # noqa: E731
-    U, sv, Vt = _svd(M.astype(dt) if M.shape[0] > 256 else M)
+    U, sv, Vt = svd(M.astype(dt) if M.shape[0] > 256 else M)
     R = (U @ Vt).astype(dt)
     sv_sum = float(sv.sum())
     info = {"n_pairs": int(n), "center": center, "fit_scale": bool(scale),
@@ -179,15 +181,25 @@ def _sq(A) -> float:
     return float(np.einsum("ij,ij->", A, A, dtype=np.float64))
 
 
-def _svd(M):
-    """Thin SVD; scipy's gesdd is about twice as fast as numpy's wrapper here."""
-    from scipy.linalg import LinAlgError, svd
+def svd(M):
+    """Thin SVD through scipy's gesdd (about twice as fast as numpy's wrapper here; gesvd when it fails).
+
+    Parameters
+    ----------
+    M : (m, n) array
+
+    Returns
+    -------
+    U : (m, k), s : (k,), Vt : (k, n) with k = min(m, n) and ``M = U @ diag(s) @ Vt``
+    """
+    from scipy.linalg import LinAlgError
+    from scipy.linalg import svd as scipy_svd
 
     with blas_threads(1):
         try:
-            return svd(M, full_matrices=False, check_finite=False, lapack_driver="gesdd")
+            return scipy_svd(M, full_matrices=False, check_finite=False, lapack_driver="gesdd")
         except LinAlgError:  # gesdd can fail to converge on nasty inputs; gesvd is slower and sturdier
-            return svd(M, full_matrices=False, check_finite=False, lapack_driver="gesvd")
+            return scipy_svd(M, full_matrices=False, check_finite=False, lapack_driver="gesvd")
 
 
 def fit_ridge(X, Y, alpha: float | None = None, center: bool = True, **meta) -> RidgeMap:
@@ -236,7 +248,17 @@ def fit_ridge(X, Y, alpha: float | None = None, center: bool = True, **meta) -> 
 def fit_random(X, Y, dim: int | None = None, seed: int = 0, center: bool = True, **meta) -> Rotation:
     """The floor: centring and per-side PCA as in the fitted maps, but a Haar-random rotation between them.
 
-    X : (N_x, D_x), Y : (N_y, D_y); no pairing is used (only each side's mean and axes).
+    Parameters
+    ----------
+    X : (N_x, D_x), Y : (N_y, D_y); no pairing is used (only each side's mean and principal axes)
+    dim : the shared dimension (default min(D_x, D_y) when they differ, else no projection)
+    seed : the rotation's seed
+    center : subtract each side's mean first
+    **meta : stored in the map's metadata
+
+    Returns
+    -------
+    Rotation, method "random": ``transform`` maps (N, D_x) -> (N, D_y)
     """
     X = as_matrix(X, "X", min_rows=2)
     Y = as_matrix(Y, "Y", min_rows=2)
@@ -254,3 +276,6 @@ def fit_random(X, Y, dim: int | None = None, seed: int = 0, center: bool = True,
     R = random_orthogonal(d, seed, dt)
     meta = {**meta, "fit": {**meta.get("fit", {}), "seed": int(seed), "center": center}}
     return Rotation("random", mx, my, R, px, py, 1.0, meta)
+
+
+_svd = svd  # the name before it was public (alignment.pairfree, rosetta, lattice import it): drop once they don't

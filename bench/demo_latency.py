@@ -193,7 +193,7 @@ def main(argv=None):
     ap.add_argument("--json", action="store_true", help="print only the JSON")
     args = ap.parse_args(argv)
 
-    from captioner.demo import _encoder_name, example_images
+    from captioner.demo import encoder_name, example_images
 
     mode_names = [m.strip() for m in args.modes.split(",") if m.strip()]
     load0 = os.getloadavg()[0]  # a shared machine: the numbers mean little without this
@@ -203,7 +203,7 @@ def main(argv=None):
         from captioner.decoder import load_decoder
 
         # the pipeline has no public hook for a ready decoder; this is a benchmark, so set its slot
-        pipe._decoder = load_decoder(args.decoder, text_encoder=pipe.encoder("text").fingerprint())
+        pipe.decoding.use(load_decoder(args.decoder, text_encoder=pipe.encoder("text").fingerprint()))
     if "decoded" in mode_names:
         pipe.warmup()  # builds everything, the decoder included (trained on first use: minutes)
     paths = example_images()
@@ -266,8 +266,8 @@ def main(argv=None):
                     "loadavg_1m_before_after": [round(load0, 2), round(os.getloadavg()[0], 2)],
                     "python": platform.python_version()},
         "pipeline": {"class": f"{type(pipe).__module__}.{type(pipe).__name__}",
-                     "image_encoder": _encoder_name(pipe, "image", "?"),
-                     "text_encoder": _encoder_name(pipe, "text", "?"),
+                     "image_encoder": encoder_name(pipe, "image", "?"),
+                     "text_encoder": encoder_name(pipe, "text", "?"),
                      "rotation": args.rotation, "load_and_warmup_s": round(load_s, 2),
                      "decoder": args.decoder or "the pipeline's own"},
         "images": len(paths), "n": args.n, "warmup": args.warmup,

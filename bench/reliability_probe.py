@@ -177,12 +177,12 @@ def case_damaged(tmp: Path) -> list[dict]:
     import json, numpy as np
     from pathlib import Path
     from alignment.procrustes import fit_procrustes
-    from captioner.pipeline import _load_or_heal
+    from captioner.pipeline_rotations import load_or_heal
     X = np.random.default_rng(0).standard_normal((30, 5))
     p = Path({str(tmp / "rot.safetensors")!r}); side = p.with_suffix(".json")
     fit_procrustes(X, X).save(p); m = json.loads(side.read_text()); del m["arrays_sha256"]
-    side.write_text(json.dumps(m)); a = _load_or_heal(p, None, None)
-    fit_procrustes(X, X).save(p); side.write_text("{{"); b = _load_or_heal(p, None, None)
+    side.write_text(json.dumps(m)); a = load_or_heal(p, None, None)
+    fit_procrustes(X, X).save(p); side.write_text("{{"); b = load_or_heal(p, None, None)
     print("hash removed ->", "refit" if a is None else "loaded", "; bad JSON ->", "refit" if b is None else "loaded")
     """
     r = child(code, tmp / "home-damaged")[0]

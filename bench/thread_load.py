@@ -56,11 +56,11 @@ def worker(kind: str, window: float) -> dict:
     if kind == "decoder":
         import torch.nn.functional as F
 
-        from captioner.decoder import _build_model, preset
+        from captioner.decoder import build_model, preset
 
         mcfg, tcfg = preset("small")
         mcfg.vocab_size = 4000
-        model = _build_model(mcfg).train()
+        model = build_model(mcfg).train()
         opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
         g = torch.Generator().manual_seed(0)
 

@@ -450,7 +450,7 @@ def bank_sets(spec: str = "default", limit: int | None = None):
             left -= n
         return sets
     if spec in DATASETS and not Path(spec).is_file():
-        ds = get_dataset(spec, split="all" if spec == "emoji" else "train")
+        ds = get_dataset(spec, split=DATASETS[spec].bank_split)
         if limit:
             ds.samples = ds.samples[: int(limit)]
         return [ds]

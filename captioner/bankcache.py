@@ -24,7 +24,8 @@ from pathlib import Path
 import numpy as np
 
 BANK_FORMAT = 1  # bump when what the cached bank holds changes
-CODE = ("bank.py", "bankcache.py", "datasets.py", "photosets.py", "subject.py", "rcc.py", "assets.py")
+CODE = ("bank.py", "bankcache.py", "datasets/__init__.py", "datasets/base.py", "datasets/tuxpaint.py",
+        "datasets/emoji.py", "datasets/gcompris.py", "datasets/openclipart.py", "subject.py", "rcc.py", "assets.py")
 ASSET_FILES = ("clip_benchmark/datasets/en_classnames.json", "clip_benchmark/datasets/cupl_prompts.json",
                "timm/data/_info/imagenet_synsets.txt", "timm/data/_info/imagenet_synset_to_definition.txt")
 
@@ -32,9 +33,8 @@ ASSET_FILES = ("clip_benchmark/datasets/en_classnames.json", "clip_benchmark/dat
 def data_paths() -> list[Path]:
     """The files and folders the default bank is read from (those that exist)."""
     from captioner.assets import asset_path
-    from captioner.datasets import EMOJI_FONT, TUXPAINT_ROOT
+    from captioner.datasets import EMOJI_FONT, GCOMPRIS_RCC, OPENCLIPART_ROOT, TUXPAINT_ROOT
     from captioner.errors import CaptionerError
-    from captioner.photosets import GCOMPRIS_RCC, OPENCLIPART_ROOT
     from captioner.subject import WORDNET_DIR
 
     out = [TUXPAINT_ROOT, OPENCLIPART_ROOT, GCOMPRIS_RCC, EMOJI_FONT, WORDNET_DIR]

@@ -43,7 +43,7 @@ def calibrated_scale(pipe, rotation: str) -> float:
     from captioner.zeroshot import DEFAULT_LOGIT_SCALE, TUXPAINT_CLASSNAMES
 
     try:
-        key = pipe._artifact_key(f"calibration-{rotation}")
+        key = pipe.artifact_key(f"calibration-{rotation}")
         path = subdir("calibration") / f"{rotation}-{key}.json"
         if path.exists():
             return float(json.loads(path.read_text())["logit_scale"])

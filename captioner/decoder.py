@@ -183,7 +183,7 @@ def detokenize(text: str) -> str:
 # Model
 # ---------------------------------------------------------------------------------------------------------
 
-def _build_model(cfg: DecoderConfig):
+def build_model(cfg: DecoderConfig):
     import torch
     import torch.nn as nn
     import torch.nn.functional as F
@@ -244,7 +244,7 @@ def _build_model(cfg: DecoderConfig):
     return CaptionDecoder()
 
 
-def _normalize_t(x):
+def normalize_t(x):
     return x / x.norm(dim=-1, keepdim=True).clamp_min(1e-8)
 
 
@@ -287,7 +287,7 @@ class Decoder:
         max_len = min(max_len or self.cfg.max_len, self.cfg.max_len)
         out: list[str] = []
         with torch.inference_mode():
-            emb = _normalize_t(torch.from_numpy(E).to(self.device))
+            emb = normalize_t(torch.from_numpy(E).to(self.device))
             if beam <= 1:
                 for i in range(0, len(emb), batch_size):
                     out += self._greedy(emb[i:i + batch_size], max_len)
@@ -364,11 +364,11 @@ def corpus_hash(texts: list[str], E: np.ndarray) -> str:
     return h.hexdigest()[:16]
 
 
-def _same_encoder(a: dict, b: dict) -> list[str]:
+def encoder_diff(a: dict, b: dict) -> list[str]:
     return [k for k in ("name", "dim", "pooling", "weights_hash") if a.get(k) != b.get(k)]
 
 
-def _save(path: Path, state: dict) -> None:
+def save_checkpoint(path: Path, state: dict) -> None:
     import torch
 
     from captioner.paths import atomic_write_bytes
@@ -378,7 +378,7 @@ def _save(path: Path, state: dict) -> None:
     atomic_write_bytes(path, buf.getvalue())
 
 
-def _read(path: Path) -> dict:
+def read_checkpoint(path: Path) -> dict:
     import torch
 
     try:
@@ -399,10 +399,10 @@ def load_decoder(path: str | Path, text_encoder: dict | None = None, device: str
     path = Path(path)
     if not path.exists():
         raise CaptionerError(f"{path}: no decoder checkpoint here; train one first")
-    state = _read(path)
+    state = read_checkpoint(path)
     fp = state["text_encoder"]
     if text_encoder is not None:
-        diff = _same_encoder(fp, text_encoder)
+        diff = encoder_diff(fp, text_encoder)
         if diff:
             raise CacheMismatchError(
                 f"{path}: decoder trained for text encoder {fp.get('name')!r} "
@@ -412,7 +412,7 @@ def load_decoder(path: str | Path, text_encoder: dict | None = None, device: str
         raise CaptionerError(f"{path}: training stopped at step {state['step']} of "
                              f"{state['train_config']['steps']}; resume it (run the same command again)")
     cfg = DecoderConfig(**state["model_config"])
-    model = _build_model(cfg)
+    model = build_model(cfg)
     model.load_state_dict(state.get("ema") or state["model"])  # the averaged weights when trained with them
     return Decoder(model.to(device), cfg, Vocab(state["vocab"]), fp,
                    meta={k: state[k] for k in ("step", "losses", "corpus", "train_config", "seconds")},

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from captioner.decoder import BOS, EOS, PAD, UNK, DecoderConfig, Vocab, _same_encoder, detokenize
+from captioner.decoder import BOS, EOS, PAD, UNK, DecoderConfig, Vocab, detokenize, encoder_diff
 from captioner.errors import CacheMismatchError, CaptionerError
 
 FORMAT = 1
@@ -35,7 +35,7 @@ def export_decoder(dec, checkpoint: str | Path) -> Path:
     import torch
 
     from captioner.encoders.base import hash_files
-    from captioner.encoders.onnx_export import CHECK_RTOL, _without_onnx_package
+    from captioner.encoders.onnx_export import CHECK_RTOL, without_onnx_package
     from captioner.paths import atomic_write_bytes, atomic_write_json
 
     class Last(torch.nn.Module):
@@ -52,7 +52,7 @@ def export_decoder(dec, checkpoint: str | Path) -> Path:
                                         dim=-1)
     tok = torch.tensor([[BOS, 5, 6], [BOS, 7, 8]], dtype=torch.long).clamp(max=dec.cfg.vocab_size - 1)
     buf = io.BytesIO()
-    with warnings.catch_warnings(), _without_onnx_package(), torch.no_grad():
+    with warnings.catch_warnings(), without_onnx_package(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(mod, (emb, tok), buf, input_names=["emb", "tokens"], output_names=["logits"],
                           dynamic_axes={"emb": {0: "b"}, "tokens": {0: "b", 1: "t"}, "logits": {0: "b"}},
@@ -93,7 +93,7 @@ def load_onnx_decoder(checkpoint: str | Path, text_encoder: dict) -> "OnnxDecode
             return None
     except (ImportError, OSError, ValueError):
         return None
-    diff = _same_encoder(side["text_encoder"], text_encoder)
+    diff = encoder_diff(side["text_encoder"], text_encoder)
     if diff:
         raise CacheMismatchError(f"{checkpoint}: decoder trained for text encoder {side['text_encoder'].get('name')!r}"
                                  f", not {text_encoder.get('name')!r}; retrain it for this encoder")

@@ -16,13 +16,13 @@ from captioner.decoder import (
     DecoderConfig,
     TrainConfig,
     Vocab,
-    _build_model,
-    _normalize_t,
-    _read,
-    _same_encoder,
-    _save,
+    build_model,
     corpus_hash,
+    encoder_diff,
     load_decoder,
+    normalize_t,
+    read_checkpoint,
+    save_checkpoint,
 )
 from captioner.errors import CacheMismatchError, CaptionerError, DamagedArtifactError
 
@@ -67,7 +67,7 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     mcfg = DecoderConfig(**{**asdict(mcfg), "vocab_size": vocab.size})
 
     tokens = torch.from_numpy(vocab.encode(texts, mcfg.max_len))  # (N, L)
-    emb = _normalize_t(torch.from_numpy(E))  # (N, D)
+    emb = normalize_t(torch.from_numpy(E))  # (N, D)
     model, opt = _model_and_optimizer(mcfg, tcfg, state, device)
     step, losses, seconds = 0, [], 0.0
     if state is not None:
@@ -75,7 +75,7 @@ def train_decoder(texts: list[str], E: np.ndarray, text_encoder: dict, path: str
     ema = _ema_start(model, tcfg, state)
 
     def checkpoint(complete: bool):
-        _save(path, {
+        save_checkpoint(path, {
             "format": CHECKPOINT_FORMAT, "model_config": asdict(mcfg), "train_config": asdict(tcfg),
             "vocab": vocab.bert_ids, "text_encoder": dict(text_encoder),
             "corpus": {"n": len(texts), "hash": chash}, "model": model.state_dict(), "ema": ema,
@@ -129,13 +129,13 @@ def _resumable(path: Path, text_encoder: dict, mcfg: DecoderConfig, tcfg: TrainC
     if not path.exists():
         return None
     try:
-        state = _read(path)
+        state = read_checkpoint(path)
     except DamagedArtifactError as e:  # moved aside, named, and trained again from step 0
         from captioner.artifacts import quarantine
 
         quarantine(path, str(e).split(": ", 1)[-1].split(";")[0])
         return None
-    if _same_encoder(state["text_encoder"], text_encoder):
+    if encoder_diff(state["text_encoder"], text_encoder):
         raise CacheMismatchError(f"{path}: checkpoint trained for text encoder "
                                  f"{state['text_encoder'].get('name')!r}, not {text_encoder.get('name')!r}; "
                                  "use another path or force=True")
@@ -154,7 +154,7 @@ def _model_and_optimizer(mcfg: DecoderConfig, tcfg: TrainConfig, state: dict | N
     import torch
 
     torch.manual_seed(tcfg.seed)  # the initial weights: part of what makes a run reproducible
-    model = _build_model(mcfg).to(device)
+    model = build_model(mcfg).to(device)
     try:  # the fused kernel: one pass over the parameters instead of ~10 per tensor (3x faster step on CPU)
         opt = torch.optim.AdamW(model.parameters(), lr=tcfg.lr, weight_decay=tcfg.weight_decay, betas=(0.9, 0.98),
                                 fused=True)
@@ -210,7 +210,7 @@ def _step(model, opt, emb, tokens, tcfg: TrainConfig, step: int, device, ema: di
     x, tok = emb[idx], tokens[idx]  # (B, D), (B, L)
     if tcfg.noise_std > 0:
         level = tcfg.noise_min + (tcfg.noise_std - tcfg.noise_min) * torch.rand(len(idx), 1, generator=g)
-        x = _normalize_t(x + level * torch.randn(x.shape, generator=g))
+        x = normalize_t(x + level * torch.randn(x.shape, generator=g))
     L = int((tok != PAD).sum(1).max())
     tok = tok[:, :L].to(device)
     for group in opt.param_groups:

@@ -23,10 +23,10 @@ from typing import Any, Callable
 # Read by gradio when the Blocks are built and at launch: no analytics, no version check over the network.
 os.environ.setdefault("GRADIO_ANALYTICS_ENABLED", "False")
 
+from captioner.captioners import CAPTIONERS, captioner_names, get_captioner  # noqa: E402
 from captioner.demo_inputs import (  # noqa: E402,F401  (re-exported: the demo's public names)
-    _DECODE_SLOTS,
-    CAPTIONER_LABELS,
     DECODE_CONCURRENCY,
+    DECODE_SLOTS,
     EXAMPLE_PHOTOS,
     EXAMPLE_STAMP_CATEGORIES,
     FAST_TEMPLATES,
@@ -38,12 +38,12 @@ from captioner.demo_inputs import (  # noqa: E402,F401  (re-exported: the demo's
     MAX_UPLOAD,
     TUXPAINT_STAMPS,
     DemoInputError,
-    _decode_image,
-    _encoder_name,
-    _fmt_ms,
-    _image_source,
+    decode_image,
     encoder_choices,
+    encoder_name,
     example_images,
+    fmt_ms,
+    image_source,
     label_sets,
     parse_labels,
     tuxpaint_categories,
@@ -102,8 +102,8 @@ class DemoHandlers:
     def __init__(self, pipeline, factory: Callable[[str, str], Any] | None = None,
                  notify: Callable[[str], None] | None = None, classifier: Callable | None = None):
         self.notify = notify or log.info
-        self.default_pair = (_encoder_name(pipeline, "image", "efficientnet-lite0"),
-                             _encoder_name(pipeline, "text", "minilm-l6"))
+        self.default_pair = (encoder_name(pipeline, "image", "efficientnet-lite0"),
+                             encoder_name(pipeline, "text", "minilm-l6"))
         if factory is None:
             device = getattr(pipeline, "device", "cpu")
             device = device if isinstance(device, str) else str(device)
@@ -127,7 +127,7 @@ class DemoHandlers:
                                              progress=bool(getattr(pipeline, "progress", False)))
         self.classifier = classifier
         # captions.md: the classifier names the validation photos' subject most often; a fake has only rotations
-        self.captioners = (["classifier"] if classifier is not None else []) + ["rotation"]
+        self.captioners = (["classifier"] if classifier is not None else []) + captioner_names(uses_rotation=True)
         self.default_captioner = self.captioners[0]
 
     # -- pipelines -------------------------------------------------------------------------------------
@@ -175,10 +175,11 @@ class DemoHandlers:
 
     # -- the three tabs ---------------------------------------------------------------------------------
     def caption(self, image, rotation="paired", image_encoder=None, text_encoder=None, top_k=5,
-                decode=True, captioner="rotation") -> tuple[str, list[list], str, str]:
-        """Caption one image: through ``rotation`` (retrieval, plus the decoder if ``decode``), or with
-        ``captioner="classifier"`` by the image encoder's ImageNet head (:mod:`captioner.photocaption`; the
-        rotation, the encoder pair and ``decode`` do not apply).
+                decode=True, captioner="decoder") -> tuple[str, list[list], str, str]:
+        """Caption one image with a ``captioner.captioners`` kind: through ``rotation`` by "retrieval", or
+        "decoder" (retrieval plus the decoder, unless ``decode`` is off; "rotation" is its older name), or by
+        the image encoder's ImageNet head with "classifier" (:mod:`captioner.photocaption`; the rotation, the
+        encoder pair and ``decode`` do not apply).
 
         Returns
         -------
@@ -187,21 +188,20 @@ class DemoHandlers:
             line of milliseconds; ``status``: empty on success, else the reason nothing was captioned.
         """
         try:
-            if captioner not in self.captioners:
-                raise DemoInputError(f"unknown captioner {captioner!r}; choose one of {', '.join(self.captioners)}")
+            kind = get_captioner(captioner, known=self.captioners)  # a CaptionerError: one line on the page
             rotation = self._rotation(rotation)
             k = self._top_k(top_k)
-            im, decode_ms = _decode_image(image)
-            if captioner == "classifier":  # no decoder: its timing (0) is not shown
+            im, decode_ms = decode_image(image)
+            if not kind.uses_rotation:  # the classifier; no decoder: its timing (0) is not shown
                 out = self.classifier([im], top_k=k)[0]
                 out["timings_ms"] = {n: v for n, v in out.get("timings_ms", {}).items() if n != "decode"}
             else:
                 pipe, lock = self.pipeline(image_encoder, text_encoder)
                 with lock:
-                    out = pipe.caption([im], top_k=k, rotation=rotation, decode=bool(decode))[0]
+                    out = pipe.caption([im], top_k=k, rotation=rotation, decode=kind.decode and bool(decode))[0]
             rows = [[i + 1, r["caption"], round(float(r["score"]), 4)] for i, r in enumerate(out["retrieved"])]
             timings = {"image_decode": decode_ms, **out.get("timings_ms", {})}
-            return shown_caption(out), rows, _fmt_ms(timings), ""
+            return shown_caption(out), rows, fmt_ms(timings), ""
         except Exception as e:  # noqa: BLE001 - the page gets one line, the log the traceback
             return "", [], "", _status(e)
 
@@ -229,7 +229,7 @@ class DemoHandlers:
             if kw:
                 note = "; ".join(filter(None, [note, f"above {FULL_PROMPT_LABELS} labels each is prompted with "
                                                      f"one template ({FAST_TEMPLATES[0]!r}), not 80"]))
-            im, _ = _decode_image(image)
+            im, _ = decode_image(image)
             with lock:
                 out = pipe.classify([im], labels, top_k=min(k, len(labels)), rotation=rotation, **kw)[0]
             top = [(r["label"], float(r["prob"])) for r in out["labels"]]
@@ -409,14 +409,14 @@ def build_app(pipeline, factory: Callable[[str, str], Any] | None = None, warmup
                 with gr.Column():
                     cap_image = gr.Image(type="filepath", sources=["upload"], label="Image",
                                          elem_id="caption-image", height=320)
-                    captioner = gr.Radio([(CAPTIONER_LABELS[c], c) for c in h.captioners], value=h.default_captioner,
+                    captioner = gr.Radio([(CAPTIONERS[c].label, c) for c in h.captioners], value=h.default_captioner,
                                          label="Captioner", elem_id="captioner")
                     with gr.Row():
                         top_k = gr.Slider(1, MAX_TOP_K, value=5, step=1, label="Retrieved captions (top-k)")
                         decode = gr.Checkbox(value=True, label="Decode a caption (else: the best retrieved one)",
-                                             interactive=h.default_captioner == "rotation")
-                    # the classifier names the photo itself: decoding applies to the rotation captioner only
-                    captioner.change(lambda c: gr.update(interactive=c == "rotation"), captioner, decode,
+                                             interactive=get_captioner(h.default_captioner).decode)
+                    # the classifier names the photo itself, retrieval decodes nothing: the box is the decoder's
+                    captioner.change(lambda c: gr.update(interactive=get_captioner(c).decode), captioner, decode,
                                      api_name=False, queue=False)
                     cap_btn = gr.Button("Caption", variant="primary", elem_id="caption-btn")
                 with gr.Column():

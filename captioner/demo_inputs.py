@@ -19,11 +19,6 @@ TUXPAINT_STAMPS = Path("/usr/share/tuxpaint/stamps")
 EXAMPLE_STAMP_CATEGORIES = ("animals", "food", "vehicles", "plants", "space", "sports")
 EXAMPLE_PHOTOS = ("astronaut", "chelsea", "coffee", "rocket", "motorcycle_left")
 
-# The caption tab's captioners (DemoHandlers.captioners): the classifier only beside a real pipeline.
-CAPTIONER_LABELS = {
-    "classifier": "ImageNet classifier (EfficientNet-Lite1's head names it; no rotation, no pair)",
-    "rotation": "Rotation (the rotation and encoders above: retrieval, plus the decoder)",
-}
 MAX_LABELS = 1000            # ImageNet-1k fits; above this the list is cut with a message
 # The pipeline prompts each label with 80 ImageNet templates: 1,000 labels would be 80,000 sentences to
 # embed (over ten minutes on two cores). Above FULL_PROMPT_LABELS labels the demo asks for one template when
@@ -37,7 +32,7 @@ MAX_UPLOAD = "25mb"          # gradio refuses bigger uploads itself, with its ow
 # Decoding happens outside the pipeline's lock; each decode may take up to images.MAX_DECODE_BYTES, so at
 # most this many run at once (a 1.5 MB PNG can declare 20000 x 20000 pixels).
 DECODE_CONCURRENCY = 2
-_DECODE_SLOTS = threading.BoundedSemaphore(DECODE_CONCURRENCY)
+DECODE_SLOTS = threading.BoundedSemaphore(DECODE_CONCURRENCY)
 
 
 class DemoInputError(CaptionerError):
@@ -146,10 +141,10 @@ def parse_labels(text: str | None, max_labels: int = MAX_LABELS) -> tuple[list[s
     return labels, "; ".join(notes)
 
 
-def _encoder_name(pipeline, which: str, default: str) -> str:
+def encoder_name(pipeline, which: str, default: str) -> str:
     """The registry name of a pipeline's image or text encoder (the attribute may hold a name or an
     :class:`Encoder`)."""
-    for attr in (f"{which}_encoder_name", f"{which}_encoder"):
+    for attr in (f"{which}encoder_name", f"{which}_encoder"):
         v = getattr(pipeline, attr, None)
         if isinstance(v, str):
             return v
@@ -178,13 +173,13 @@ def encoder_choices(pipeline=None) -> tuple[list[str], list[str]]:
         log.warning("encoder registry unavailable: %s", e)
     if pipeline is not None:
         for lst, which, default in ((images, "image", "efficientnet-lite0"), (texts, "text", "minilm-l6")):
-            name = _encoder_name(pipeline, which, default)
+            name = encoder_name(pipeline, which, default)
             if name not in lst:
                 lst.insert(0, name)
     return images, texts
 
 
-def _image_source(value) -> tuple[Any, str]:
+def image_source(value) -> tuple[Any, str]:
     """What the page (or a test) sends for an image -> (a path or PIL image, a name for messages).
 
     The events run with ``preprocess=False`` so that gradio does not open the upload itself (it would fail
@@ -207,15 +202,15 @@ def _image_source(value) -> tuple[Any, str]:
     return str(value), Path(str(value)).name
 
 
-def _decode_image(value):
+def decode_image(value):
     """(PIL RGB image, milliseconds spent decoding). Huge images come back downscaled, animated ones as
     their first frame; anything unreadable raises :class:`DemoInputError` naming the upload."""
     from captioner.images import load_image
 
-    src, name = _image_source(value)
+    src, name = image_source(value)
     t0 = time.perf_counter()
     try:
-        with _DECODE_SLOTS:  # at most DECODE_CONCURRENCY rasters in memory at once
+        with DECODE_SLOTS:  # at most DECODE_CONCURRENCY rasters in memory at once
             im = load_image(src)
     except BadImageError as e:
         raise DemoInputError(f"could not read {name!r}: {e.reason}") from None
@@ -224,7 +219,7 @@ def _decode_image(value):
     return im, (time.perf_counter() - t0) * 1e3
 
 
-def _fmt_ms(t: dict) -> str:
+def fmt_ms(t: dict) -> str:
     names = {"image_decode": "image decode", "encode": "encode", "rotate_retrieve": "rotate + retrieve",
              "decode": "caption decoding"}
     parts = [f"{names.get(k, k)} {float(v):.1f} ms" for k, v in t.items() if isinstance(v, (int, float))]

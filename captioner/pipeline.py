@@ -18,31 +18,33 @@ Each artifact's file name carries a hash of the encoder fingerprints and data it
 checks the fingerprints again, so a rotation or decoder made for other encoders is never used silently.
 The public contract (``caption``, ``classify``, ``alignment_report``, ``rotations``, ``warmup``, ``default``)
 is what the CLI and the Gradio demo call; keep it stable.
+
+``Pipeline`` itself holds the encoders, the train set, the bank and the train pairs; three small parts do
+the rest, each reading the pipeline through its public methods only: ``pipe.maps``
+(:class:`captioner.pipeline_rotations.PipelineRotations`: the maps by kind), ``pipe.decoding``
+(:class:`captioner.pipeline_decoder.PipelineDecoder`: the decoder and what it reads) and ``pipe.zeroshot``
+(:class:`captioner.pipeline_zeroshot.PipelineZeroShot`: heads, classifiers, the alignment report). The
+pipeline's methods of the same names call them.
 """
 from __future__ import annotations
 
 import json
 import threading
 import time
-from pathlib import Path
 
 import numpy as np
 
-from captioner.artifacts import key_lock, quarantine
-from captioner.errors import BadImageError, CacheMismatchError, CaptionerError
-from captioner.lru import LRU
+from captioner.errors import BadImageError, CaptionerError
 from captioner.paths import short_hash
-from captioner.pipeline_decoder import DecoderParts, decoder_cache_key  # noqa: F401  (public here too)
-from captioner.pipeline_zeroshot import ZeroShotParts, _ms
+from captioner.pipeline_decoder import PipelineDecoder
+from captioner.pipeline_rotations import PipelineRotations
+from captioner.pipeline_zeroshot import MAX_HEADS, PipelineZeroShot, ms_since
 
 _DEFAULTS: dict = {}
 _DEFAULTS_LOCK = threading.Lock()
 
 
-MAX_HEADS = 32  # zero-shot heads kept per pipeline (the least recently used label list goes first)
-
-
-class Pipeline(DecoderParts, ZeroShotParts):
+class Pipeline:
     """Caption and classify images with one rotation between separately trained encoders.
 
     Parameters
@@ -83,23 +85,20 @@ class Pipeline(DecoderParts, ZeroShotParts):
         self.decoder_preset = decoder_preset
         self.decoder_overrides = dict(decoder_overrides or {})
         self.decoder_corpus_kind = decoder_corpus
-        self.rotation_files = dict(rotation_files or {})
         self.beam = beam
         self.decode_input = decode_input
         self.temperature = temperature
-        self.pairfree_max = pairfree_max
         self.n_cupl = n_cupl
         self._train_set = train_set
         self._exclude = exclude
-        self._lock = threading.RLock()
+        self.lock = threading.RLock()  # the parts and the public calls serialise on it
         self._enc: dict = {}
         self._bank = None
         self.bank_spec, self.bank_limit, self._cbank = bank, bank_limit, None
         self._pairs = None
-        self._maps: dict = {}
-        self._decoder = None
-        self._heads = LRU(MAX_HEADS)  # one zero-shot head per label list: bounded for a server
-        self._affine: dict = {}
+        self.maps = PipelineRotations(self, rotation_files, pairfree_max)
+        self.decoding = PipelineDecoder(self)
+        self.zeroshot = PipelineZeroShot(self, MAX_HEADS)
 
     # -- construction ------------------------------------------------------------------------------------
     @classmethod
@@ -139,7 +138,16 @@ class Pipeline(DecoderParts, ZeroShotParts):
 
         return self._available(ALL)
 
-    def _log(self, msg: str) -> None:
+    @property
+    def rotation_files(self) -> dict:
+        return self.maps.files
+
+    @property
+    def pairfree_max(self) -> int:
+        return self.maps.pairfree_max
+
+    def log(self, msg: str) -> None:
+        """One progress line on stderr (unless ``progress`` is off)."""
         if self.progress:
             import sys
 
@@ -149,7 +157,7 @@ class Pipeline(DecoderParts, ZeroShotParts):
         """The image or text Encoder object (loaded once)."""
         from captioner.encoders import get_encoder
 
-        with self._lock:
+        with self.lock:
             if which not in self._enc:
                 name = self.image_encoder if which == "image" else self.text_encoder
                 enc = get_encoder(name, device=self.device)
@@ -182,9 +190,9 @@ class Pipeline(DecoderParts, ZeroShotParts):
         """The caption bank (train captions minus ``exclude``), built on first use."""
         from captioner.bank import build_bank
 
-        with self._lock:
+        with self.lock:
             if self._bank is None:
-                self._log(f"caption bank: {self.train_set.name}/{self.train_set.split} captions, "
+                self.log(f"caption bank: {self.train_set.name}/{self.train_set.split} captions, "
                           f"{self.text_encoder}")
                 self._bank = build_bank(self.encoder("text"), [self.train_set], exclude=self.exclude,
                                         progress=self.progress, device=self.device)
@@ -198,9 +206,9 @@ class Pipeline(DecoderParts, ZeroShotParts):
             return self.bank()
         from captioner.bank import bank_sets, build_bank
 
-        with self._lock:
+        with self.lock:
             if self._cbank is None:
-                self._log(f"caption bank: {self.bank_spec} (limit {self.bank_limit or 'default'}), {self.text_encoder}")
+                self.log(f"caption bank: {self.bank_spec} (limit {self.bank_limit or 'default'}), {self.text_encoder}")
                 if self.bank_spec == "default":  # one cached file (captioner/bankcache.py)
                     from captioner.bankcache import default_bank
 
@@ -217,9 +225,9 @@ class Pipeline(DecoderParts, ZeroShotParts):
         from captioner.bank import normalize_caption
         from captioner.cache import embed, paired
 
-        with self._lock:
+        with self.lock:
             if self._pairs is None:
-                self._log(f"train set: embedding {self.train_set.name}/{self.train_set.split} images with "
+                self.log(f"train set: embedding {self.train_set.name}/{self.train_set.split} images with "
                           f"{self.image_encoder}")
                 xs = embed(self.encoder("image"), self.train_set, "image", progress=self.progress)
                 ts = embed(self.encoder("text"), self.train_set, "text", progress=self.progress)
@@ -235,71 +243,68 @@ class Pipeline(DecoderParts, ZeroShotParts):
                 self._pairs = (X, Y, sids, xs)
             return self._pairs[:3]
 
-    def _artifact_key(self, kind: str, extra=None) -> str:
+    def artifact_key(self, kind: str, extra=None) -> str:
+        """The hash in an artifact's file name: the encoders' fingerprints, the train set, the bank and ``extra``."""
         return short_hash({"kind": kind, "img": self.encoder("image").fingerprint(),
                       "txt": self.encoder("text").fingerprint(), "train": [self.train_set.name,
                       self.train_set.split, self.train_set.key()], "bank": self.bank().key(), "extra": extra})
 
+    def train_images(self) -> np.ndarray:
+        """The train set's image embeddings (N, D_img), all of them (``train_pairs`` drops excluded captions)."""
+        self.train_pairs()
+        return self._pairs[3].X
+
+    _train_images = train_images  # the older name (eval/experiments call it)
+
+    # -- the parts -----------------------------------------------------------------------------------------
     def rotation(self, kind: str = "paired"):
         """The map ``kind`` (a ``captioner.rotations`` kind), loaded from its cache file or fitted and saved."""
-        from alignment.errors import AlignmentError, MismatchError
-        from alignment.procrustes import load_map
-        from captioner.rotations import get_kind
-
-        kind = get_kind(kind).name
-        with self._lock:
-            if kind in self._maps:
-                return self._maps[kind]
-            fx, fy = self.encoder("image").fingerprint(), self.encoder("text").fingerprint()
-            if kind in self.rotation_files:
-                try:
-                    m = load_map(self.rotation_files[kind], x_encoder=fx, y_encoder=fy)
-                except MismatchError as e:
-                    raise CacheMismatchError(str(e)) from None
-                except AlignmentError as e:
-                    raise CaptionerError(str(e)) from None
-                self._maps[kind] = m
-                return m
-            from captioner.paths import slug, subdir
-            from captioner.rotations import PipelineSource, key_params
-
-            opts = self._fit_options(kind)
-            path = subdir("rotations") / (f"{kind}-{slug(self.image_encoder, 40)}-{slug(self.text_encoder, 40)}-"
-                                          f"{self._artifact_key(kind, key_params(kind, **opts))}.safetensors")
-            with key_lock(path, what=f"the {kind} rotation {path.name}"):  # one process fits, the others load
-                m = _load_or_heal(path, fx, fy)
-                if m is None:
-                    t0 = time.time()
-                    self._log(f"fitting the {kind} map ({self.image_encoder} -> {self.text_encoder})")
-                    try:
-                        m = get_kind(kind).fit(PipelineSource(self, fx, fy), **opts).map
-                    except AlignmentError as e:
-                        raise CaptionerError(f"fitting the {kind} map failed: {e}") from None
-                    m.meta["fit_seconds"] = round(time.time() - t0, 3)
-                    m.save(path)
-            self._maps[kind] = m
-            return m
+        return self.maps.get(kind)
 
     def use_rotation(self, kind: str, m) -> None:
         """Use the map ``m`` as rotation ``kind`` in this pipeline (memory only; e.g. one random seed of many
         in ``eval/experiments/pairfree_margin.py``). ``m`` must map this image encoder's space into this text encoder's."""
-        from captioner.rotations import get_kind
+        self.maps.use(kind, m)
 
-        kind = get_kind(kind).name
-        if m.dim_x != self.encoder("image").dim or m.dim_y != self.encoder("text").dim:
-            raise CaptionerError(f"the map is {m.dim_x} -> {m.dim_y}, the encoders are "
-                                 f"{self.encoder('image').dim} -> {self.encoder('text').dim}")
-        with self._lock:
-            self._maps[kind] = m
+    def serving_rotation(self, kind: str = "paired"):
+        """The map ``kind`` folded for one-image requests (``PipelineRotations.serving``)."""
+        return self.maps.serving(kind)
 
-    def _fit_options(self, kind: str) -> dict:
-        """The pipeline's own options for a kind (on top of the kind's defaults)."""
-        return {"max": self.pairfree_max} if kind == "pairfree" else {}
+    def decoder(self):
+        """The caption decoder for this text encoder (trained on text only on first use)."""
+        return self.decoding.get()
 
-    def _train_images(self) -> np.ndarray:
-        self.train_pairs()
-        return self._pairs[3].X
+    def decode_input_for(self, rotation: str | None = None) -> str:
+        """What the decoder reads for queries of ``rotation`` ("projection" or "rotation")."""
+        return self.decoding.input_for(rotation)
 
+    def decoder_inputs(self, Q: np.ndarray, rotation: str | None = None) -> np.ndarray:
+        """Text-space queries (N, D_txt) -> what the decoder reads (N, D_txt)."""
+        return self.decoding.inputs(Q, rotation)
+
+    def head(self, labels: list[str], templates: list[str] | None = None, definitions=None,
+             mode: str = "templates"):
+        """Zero-shot head (C, D_txt) for a label list (cached per labels and prompts)."""
+        return self.zeroshot.head(labels, templates, definitions, mode)
+
+    def classifier(self, labels: list[str], rotation: str = "paired", prompt_names: list[str] | None = None,
+                   **head_kw):
+        """A ``captioner.zeroshot.ZeroShotClassifier`` over ``labels`` through ``rotation``."""
+        return self.zeroshot.classifier(labels, rotation, prompt_names, **head_kw)
+
+    def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired",
+                 templates: list[str] | None = None) -> list[dict]:
+        """Zero-shot classify images among ``labels`` (see ``PipelineZeroShot.classify``).
+
+        Returns one dict per image: {"labels": [{"label", "prob"}, ... top_k], "timings_ms": {"encode",
+        "rotate_retrieve"}}.
+        """
+        return self.zeroshot.classify(images, labels, top_k, rotation, templates)
+
+    def alignment_report(self, n_perm: int = 20) -> dict:
+        """How aligned the two encoders are on the train pairs, against a permutation null (see
+        ``PipelineZeroShot.alignment_report``)."""
+        return self.zeroshot.alignment_report(n_perm)
 
     # -- building blocks on embeddings -----------------------------------------------------------------
     def encode_images(self, images) -> np.ndarray:
@@ -319,21 +324,6 @@ class Pipeline(DecoderParts, ZeroShotParts):
 
         return to_text_space(self.rotation(rotation), X, self.bank().dim)
 
-    def serving_rotation(self, kind: str = "paired"):
-        """The map ``kind`` for one-image requests: a linear map folded into one float32 affine
-        ``(X - mean_x) @ W + mean_y`` (what ``transform`` computes, to float noise, in ~0.1 ms instead of
-        ~10 ms: no per-call copies of the projections, one matrix product instead of three). Other maps,
-        and inputs the folded form would not check (wrong width, NaN), go through the map itself."""
-        m = self.rotation(kind)
-        with self._lock:
-            hit = self._affine.get(kind)
-            if hit is None or hit[0] is not m:
-                from captioner.retrieval import AffineMap
-
-                hit = (m, AffineMap.of(m))
-                self._affine[kind] = hit
-            return hit[1]
-
     def caption_queries(self, Q: np.ndarray, top_k: int = 5, decode: bool = True,
                         rotation: str | None = None) -> list[dict]:
         """Text-space queries (N, D_txt) -> caption dicts (without the encode timing); ``rotation`` (the map the
@@ -344,14 +334,14 @@ class Pipeline(DecoderParts, ZeroShotParts):
         bank = self.caption_bank()
         t0 = time.perf_counter()
         idx, sc = retrieve(Q, bank, top_k)
-        t_ret = _ms(t0) / max(1, len(Q))
+        t_ret = ms_since(t0) / max(1, len(Q))
         caps = None
         t_dec = 0.0
         if decode:
             dec = self.decoder()
             t0 = time.perf_counter()
             caps = [drop_prompt_template(c) for c in dec.generate(self.decoder_inputs(Q, rotation), beam=self.beam)]
-            t_dec = _ms(t0) / max(1, len(Q))
+            t_dec = ms_since(t0) / max(1, len(Q))
         out = []
         for i in range(len(Q)):
             retrieved = [{"caption": bank.texts[j], "score": float(s)} for j, s in zip(idx[i], sc[i])]
@@ -365,7 +355,7 @@ class Pipeline(DecoderParts, ZeroShotParts):
         """Build everything the public calls need (bank, both rotations, decoder) and run one request."""
         from PIL import Image
 
-        with self._lock:
+        with self.lock:
             self.bank()
             for r in self.rotations:
                 self.rotation(r)
@@ -393,38 +383,20 @@ class Pipeline(DecoderParts, ZeroShotParts):
             raise CaptionerError(f"top_k must be >= 1, not {top_k}")
         from captioner.retrieval import to_text_space
 
-        with self._lock:
+        with self.lock:
             self.rotation(rotation)  # fail on a bad name before encoding anything
             t0 = time.perf_counter()
             X = self.encode_images(images)
-            t_enc = _ms(t0) / len(X)
+            t_enc = ms_since(t0) / len(X)
             t0 = time.perf_counter()
             Q = to_text_space(self.serving_rotation(rotation), X, self.bank().dim)
-            t_rot = _ms(t0) / len(X)
+            t_rot = ms_since(t0) / len(X)
             out = self.caption_queries(Q, top_k=top_k, decode=decode, rotation=rotation)
             for o in out:
                 o["timings_ms"] = {"encode": round(t_enc, 2),
                                    "rotate_retrieve": round(t_rot + o["timings_ms"]["rotate_retrieve"], 2),
                                    "decode": o["timings_ms"]["decode"]}
             return out
-
-
-def _load_or_heal(path: Path, fx: dict, fy: dict):
-    """The cached map at ``path``; None when there is none, or when it was damaged (then it is moved aside,
-    named in one line, to be fitted again)."""
-    from alignment.errors import AlignmentError, MismatchError
-    from alignment.procrustes import load_map
-
-    side = path.with_suffix(".json")
-    if not (path.exists() and side.exists()):
-        return None
-    try:
-        return load_map(path, x_encoder=fx, y_encoder=fy)
-    except MismatchError as e:
-        raise CacheMismatchError(str(e)) from None
-    except AlignmentError as e:
-        quarantine(path, str(e).split(": ", 1)[-1].split(";")[0], side)
-        return None
 
 
 __all__ = ["Pipeline", "BadImageError"]

@@ -1,5 +1,6 @@
 """The pipeline's text-only caption decoder: trained on first use (one process trains, others wait and load),
-served through onnxruntime for greedy decoding on a CPU. A part of :class:`captioner.pipeline.Pipeline`."""
+served through onnxruntime for greedy decoding on a CPU. ``PipelineDecoder`` is a part of
+:class:`captioner.pipeline.Pipeline` (``pipe.decoding``)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,73 +65,87 @@ def drop_prompt_template(caption: str) -> str:
     return re.sub(r"^(a|an) photo of (a|an|the) (\w[\w'-]*)", keep, caption, flags=re.IGNORECASE)
 
 
-class DecoderParts:
-    """Decoder methods of :class:`captioner.pipeline.Pipeline` (they use its encoders, bank and lock)."""
+class PipelineDecoder:
+    """The caption decoder of one pipeline and what it reads. Reads the pipeline through its public methods
+    and settings only (``encoder``, ``bank``, ``train_set``, ``exclude``, ``log``, ``lock``, ``device``,
+    ``progress``, ``decoder_preset``, ``decoder_overrides``, ``decoder_corpus_kind``, ``n_cupl``, ``beam``,
+    ``decode_input``, ``temperature``)."""
 
-    def decoder(self):
+    def __init__(self, pipe):
+        self.pipe = pipe
+        self.model = None  # the decoder in use, once built (``get``) or given (``use``)
+
+    def use(self, decoder) -> None:
+        """Decode with ``decoder`` (e.g. a checkpoint loaded by a benchmark) instead of building one."""
+        with self.pipe.lock:
+            self.model = decoder
+
+    def get(self):
         """The caption decoder for this text encoder (trained on text only on first use)."""
         from captioner.bank import bank_from_arrays, decoder_corpus
         from captioner.decoder import preset
         from captioner.decoder_train import train_decoder
         from captioner.paths import slug, subdir
 
-        with self._lock:
-            if self._decoder is not None:
-                return self._decoder
-            enc = self.encoder("text")
-            if self.decoder_corpus_kind == "bank":
-                texts, E = self.bank().texts, self.bank().E
+        pipe = self.pipe
+        with pipe.lock:
+            if self.model is not None:
+                return self.model
+            enc = pipe.encoder("text")
+            if pipe.decoder_corpus_kind == "bank":
+                texts, E = pipe.bank().texts, pipe.bank().E
             else:
-                texts, E, _ = decoder_corpus(enc, exclude=self.exclude, progress=self.progress,
-                                             device=self.device, n_cupl=self.n_cupl)
-                if self.train_set.name != "tuxpaint":  # another domain: its own captions come first
-                    b = self.bank()
+                texts, E, _ = decoder_corpus(enc, exclude=pipe.exclude, progress=pipe.progress,
+                                             device=pipe.device, n_cupl=pipe.n_cupl)
+                if pipe.train_set.name != "tuxpaint":  # another domain: its own captions come first
+                    b = pipe.bank()
                     merged = bank_from_arrays(list(b.texts) + list(texts), np.concatenate([b.E, E]),
-                                              enc.fingerprint(), exclude=self.exclude)
+                                              enc.fingerprint(), exclude=pipe.exclude)
                     texts, E = merged.texts, merged.E
-            mcfg, tcfg = preset(self.decoder_preset, **self.decoder_overrides)
-            key = decoder_cache_key(enc.fingerprint(), self.decoder_preset, self.decoder_overrides, texts, E,
-                                    vocab_priority=len(self.bank()))
-            path = subdir("checkpoints") / f"decoder-{slug(self.text_encoder, 40)}-{self.decoder_preset}-{key}.pt"
-            serve_onnx = self.beam <= 1 and self.device == "cpu" and path.exists()
+            mcfg, tcfg = preset(pipe.decoder_preset, **pipe.decoder_overrides)
+            key = decoder_cache_key(enc.fingerprint(), pipe.decoder_preset, pipe.decoder_overrides, texts, E,
+                                    vocab_priority=len(pipe.bank()))
+            path = subdir("checkpoints") / f"decoder-{slug(pipe.text_encoder, 40)}-{pipe.decoder_preset}-{key}.pt"
+            serve_onnx = pipe.beam <= 1 and pipe.device == "cpu" and path.exists()
             if serve_onnx:  # greedy on CPU: the onnx export of the checkpoint, if made, spares importing torch
                 from captioner.decoder_onnx import load_onnx_decoder
 
-                self._decoder = load_onnx_decoder(path, enc.fingerprint())
-                if self._decoder is not None:
-                    return self._decoder
+                self.model = load_onnx_decoder(path, enc.fingerprint())
+                if self.model is not None:
+                    return self.model
             with key_lock(path, what=f"the caption decoder {path.name}"):  # one process trains, others load
                 if not path.exists() or not _complete(path):
-                    self._log(f"training the caption decoder ({self.decoder_preset}, {len(texts)} texts, "
-                              f"{tcfg.steps} steps) -> {path}")
-                self._decoder = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=self.device,
-                                              progress=self.progress, vocab_priority=len(self.bank()))
-                if self.beam <= 1 and self.device == "cpu" and _complete(path):
-                    self._export_decoder(path)
-            return self._decoder
+                    pipe.log(f"training the caption decoder ({pipe.decoder_preset}, {len(texts)} texts, "
+                             f"{tcfg.steps} steps) -> {path}")
+                self.model = train_decoder(texts, E, enc.fingerprint(), path, mcfg, tcfg, device=pipe.device,
+                                           progress=pipe.progress, vocab_priority=len(pipe.bank()))
+                if pipe.beam <= 1 and pipe.device == "cpu" and _complete(path):
+                    self.export(path)
+            return self.model
 
-    def _export_decoder(self, path: Path) -> None:
+    def export(self, path: Path) -> None:
         """Export the trained decoder for onnxruntime (next runs load that); a failure only costs speed."""
         try:
             from captioner.decoder_onnx import export_decoder
 
-            export_decoder(self._decoder, path)
+            export_decoder(self.model, path)
         except Exception as e:  # noqa: BLE001 - e.g. no onnxruntime: the torch decoder serves
             import logging
 
             logging.getLogger(__name__).warning("decoder: no onnx export (%s); decoding in torch", e)
 
-    def decode_input_for(self, rotation: str | None = None) -> str:
+    def input_for(self, rotation: str | None = None) -> str:
         """What the decoder reads for queries of ``rotation``: the pipeline's ``decode_input``, or under "auto"
         ``AUTO_DECODE_INPUT`` (the rotation's own entry, else "projection")."""
-        if self.decode_input != "auto":
-            return self.decode_input
+        if self.pipe.decode_input != "auto":
+            return self.pipe.decode_input
         return AUTO_DECODE_INPUT.get(rotation, "projection")
 
-    def decoder_inputs(self, Q: np.ndarray, rotation: str | None = None) -> np.ndarray:
-        """Text-space queries -> what the decoder reads (DeCap projection, or the query at caption radius)."""
+    def inputs(self, Q: np.ndarray, rotation: str | None = None) -> np.ndarray:
+        """Text-space queries (N, D_txt) -> what the decoder reads (N, D_txt): DeCap's projection onto the
+        bank, or the query itself at a caption's radius."""
         from captioner.retrieval import onto_manifold, project
 
-        if self.decode_input_for(rotation) == "projection":
-            return project(Q, self.bank(), temperature=self.temperature)
-        return onto_manifold(Q, self.bank())
+        if self.input_for(rotation) == "projection":
+            return project(Q, self.pipe.bank(), temperature=self.pipe.temperature)
+        return onto_manifold(Q, self.pipe.bank())

@@ -1,5 +1,6 @@
-"""The pipeline's zero-shot classification and alignment report. A part of
-:class:`captioner.pipeline.Pipeline`."""
+"""The pipeline's zero-shot classification and alignment report: ``PipelineZeroShot``, a part of
+:class:`captioner.pipeline.Pipeline` (``pipe.zeroshot``) that reads it through its public methods only
+(``encoder``, ``bank``, ``serving_rotation``, ``encode_images``, ``train_pairs``, ``lock``)."""
 from __future__ import annotations
 
 import time
@@ -9,7 +10,8 @@ import numpy as np
 from captioner.errors import CaptionerError
 
 
-def _ms(t0: float) -> float:
+def ms_since(t0: float) -> float:
+    """Milliseconds since ``time.perf_counter()`` read ``t0``, to 0.01 ms."""
     return round((time.perf_counter() - t0) * 1000.0, 2)
 
 
@@ -24,8 +26,17 @@ def _latest_scaling_plot() -> str | None:
     return str(plots[-1]) if plots else None
 
 
-class ZeroShotParts:
-    """Zero-shot methods of :class:`captioner.pipeline.Pipeline` (they use its encoders, bank, rotations, lock)."""
+MAX_HEADS = 32  # zero-shot heads kept per pipeline (the least recently used label list goes first)
+
+
+class PipelineZeroShot:
+    """Zero-shot heads, classifiers and the alignment report of one pipeline."""
+
+    def __init__(self, pipe, max_heads: int = MAX_HEADS):
+        from captioner.lru import LRU
+
+        self.pipe = pipe
+        self.heads = LRU(max_heads)  # one head per label list and prompts: bounded for a server
 
     def head(self, labels: list[str], templates: list[str] | None = None, definitions=None,
              mode: str = "templates"):
@@ -38,11 +49,11 @@ class ZeroShotParts:
         else:  # all 80 ImageNet templates, or CLIP's best 7 for a large label set (first-use cost)
             tpl = load_templates("imagenet1k") if len(labels) <= LARGE_LABEL_SET else list(SHORT_TEMPLATES)
         key = (tuple(labels), tuple(tpl), tuple(definitions or ()), mode)
-        with self._lock:
-            if key not in self._heads:
-                self._heads[key] = build_head(self.encoder("text"), list(labels), tpl, definitions, mode,
-                                              progress=self.progress)
-            return self._heads[key]
+        with self.pipe.lock:
+            if key not in self.heads:
+                self.heads[key] = build_head(self.pipe.encoder("text"), list(labels), tpl, definitions, mode,
+                                              progress=self.pipe.progress)
+            return self.heads[key]
 
     def classifier(self, labels: list[str], rotation: str = "paired", prompt_names: list[str] | None = None,
                    **head_kw):
@@ -52,9 +63,9 @@ class ZeroShotParts:
         from captioner.calibration import calibrated_scale
 
         W = self.head(prompt_names or labels, **head_kw)
-        mu = self.bank().centered()[0]
-        return ZeroShotClassifier(labels, W, self.serving_rotation(rotation), mu=mu,
-                                  logit_scale=calibrated_scale(self, rotation))
+        mu = self.pipe.bank().centered()[0]
+        return ZeroShotClassifier(labels, W, self.pipe.serving_rotation(rotation), mu=mu,
+                                  logit_scale=calibrated_scale(self.pipe, rotation))
 
     def classify(self, images, labels: list[str], top_k: int = 5, rotation: str = "paired",
                  templates: list[str] | None = None) -> list[dict]:
@@ -78,14 +89,14 @@ class ZeroShotParts:
             if not templates or bad:
                 raise CaptionerError(f"templates must be a non-empty list of strings with '{{}}' where the label "
                                      f"goes; got {bad[:3] if bad else templates!r}")
-        with self._lock:
+        with self.pipe.lock:
             clf = self.classifier(labels, rotation, templates=templates)
             t0 = time.perf_counter()
-            X = self.encode_images(images)
-            t_enc = _ms(t0) / len(X)
+            X = self.pipe.encode_images(images)
+            t_enc = ms_since(t0) / len(X)
             t0 = time.perf_counter()
             P = clf.predict_proba(X)
-            t_cls = _ms(t0) / len(X)
+            t_cls = ms_since(t0) / len(X)
             top = topk(P, top_k)
             return [{"labels": [{"label": labels[j], "prob": float(P[i, j])} for j in top[i]],
                      "timings_ms": {"encode": round(t_enc, 2), "rotate_retrieve": round(t_cls, 2)}}
@@ -99,11 +110,11 @@ class ZeroShotParts:
         """
         from alignment.metrics import permutation_null
 
-        with self._lock:
-            X, Y, _ = self.train_pairs()
+        with self.pipe.lock:
+            X, Y, _ = self.pipe.train_pairs()
             metrics = {}
             for name in ("mutual_knn", "cka"):
                 r = permutation_null(name, X, Y, n_perm=n_perm, seed=0)
                 metrics[name] = {k: float(v) for k, v in r.items() if isinstance(v, (int, float, np.floating))}
-            return {"image_encoder": self.image_encoder, "text_encoder": self.text_encoder, "n_pairs": int(len(X)),
+            return {"image_encoder": self.pipe.image_encoder, "text_encoder": self.pipe.text_encoder, "n_pairs": int(len(X)),
                     "metrics": metrics, "scaling_plot": _latest_scaling_plot()}

@@ -166,7 +166,7 @@ class AffineMap:
 
     @classmethod
     def of(cls, m):
-        from alignment.procrustes import LinearMap
+        from alignment.maps import LinearMap
 
         if not isinstance(m, LinearMap) or type(m).transform is not LinearMap.transform:
             return m  # a map with its own transform: used as it is

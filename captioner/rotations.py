@@ -95,7 +95,7 @@ class PipelineSource:
         return self.pipe.train_pairs()[:2]
 
     def images(self):
-        return self.pipe._train_images()
+        return self.pipe.train_images()
 
     def texts(self):
         return self.pipe.bank().E
@@ -107,7 +107,7 @@ class PipelineSource:
         return self.pipe.encoder("text")
 
     def log(self, msg: str) -> None:
-        self.pipe._log(msg)
+        self.pipe.log(msg)
 
 
 @dataclass
@@ -187,8 +187,8 @@ def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher
                   cards: str | None = None) -> Fitted:
     """Both clouds shuffled apart (no row order can leak pairs), at most ``max`` rows a side, then matched.
     ``cards`` (attribute cardinalities, "6,2,3,3,3") goes to the ``lattice`` matcher, which needs it."""
+    from alignment.maps import jsonable
     from alignment.pairfree import match
-    from alignment.procrustes import jsonable
 
     X, Y = src.images(), src.texts()
     rng = np.random.default_rng(seed)

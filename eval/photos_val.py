@@ -85,8 +85,8 @@ def _rate(caps, samples, extra_of) -> float:
 def _class_name_bounds(P: np.ndarray, names, samples) -> dict:
     """Upper bounds of a class-name caption, not captions: the share of photos whose top-5
     class names include one that names the subject, and whose subject some class of the head names at all."""
+    from captioner.datasets.gcompris import subject_extra
     from captioner.photocaption import name_caption
-    from captioner.photosets import subject_extra
     from captioner.subject import names_subject
 
     caps = [name_caption(n) for n in names]
@@ -103,8 +103,8 @@ def _class_name_bounds(P: np.ndarray, names, samples) -> dict:
 def _alternatives(Q: np.ndarray, bank, samples, k: int = 5) -> dict:
     """Share of photos for which one of the classifier captioner's ``k`` alternatives names the subject, with
     template copies skipped (as listed) and kept."""
+    from captioner.datasets.gcompris import subject_extra
     from captioner.photocaption import classifier_retrieve
-    from captioner.photosets import subject_extra
     from captioner.subject import names_subject
 
     out = {}
@@ -139,8 +139,8 @@ def evaluate(split: str = "val", bank_limit: int | None = None, rotations=("pair
     from captioner.bank import bank_sets, build_bank
     from captioner.cache import embed
     from captioner.datasets import get_dataset
+    from captioner.datasets.gcompris import subject_extra
     from captioner.photocaption import CLASSIFIER_ENCODER, classifier_queries, name_caption
-    from captioner.photosets import subject_extra
     from captioner.pipeline import Pipeline
     from captioner.retrieval import retrieve, to_text_space
 

@@ -8,14 +8,11 @@ import pytest
 import scipy.linalg
 
 from alignment.errors import AlignmentError, MismatchError
+from alignment.maps import LinearMap, RidgeMap, Rotation, load_map
 from alignment.procrustes import (
-    LinearMap,
-    RidgeMap,
-    Rotation,
     fit_procrustes,
     fit_random,
     fit_ridge,
-    load_map,
     orthogonal_procrustes,
     random_orthogonal,
 )

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alignment.matching import _cross_cov, _prepare
-from alignment.neighbours import _assign, greedy_matching
+from alignment.matching import cross_cov, prepare
+from alignment.neighbours import assign, greedy_matching
 from alignment.nnsearch import ivf_knn, knn
 from alignment.pairfree import match_pairfree
 from eval.matcher_bench import make_problem, make_problem_chunked, scaling
@@ -14,8 +14,8 @@ from eval.matcher_bench import make_problem, make_problem_chunked, scaling
 
 def test_blockwise_preparation_equals_one_block():
     X, Y, _, _ = make_problem(300, 12, seed=2)
-    one = _prepare(X, Y, None)
-    many = _prepare(X, Y, None, chunk=7)
+    one = prepare(X, Y, None)
+    many = prepare(X, Y, None, chunk=7)
     for a, b in ((one.A, many.A), (one.B, many.B), (one.Vx, many.Vx), (one.Vy, many.Vy)):
         assert np.abs(a - b).max() < 1e-4
     assert np.allclose(one.var_a, many.var_a, rtol=1e-5) and one.sx == pytest.approx(many.sx, rel=1e-6)
@@ -23,9 +23,9 @@ def test_blockwise_preparation_equals_one_block():
     assert np.sum(many.var_a) == pytest.approx(300 / 299, rel=1e-5) and np.all(np.diff(many.var_a) <= 0)
     assert np.all((many.A ** 3).mean(0) >= 0)
     # cosine geometry (rows_l2) and fewer rows than dimensions go through the same blocks
-    l2a, l2b = _prepare(X, Y, 8, rows_l2=True), _prepare(X, Y, 8, rows_l2=True, chunk=5)
+    l2a, l2b = prepare(X, Y, 8, rows_l2=True), prepare(X, Y, 8, rows_l2=True, chunk=5)
     assert np.abs(l2a.A - l2b.A).max() < 1e-4 and l2a.sx == pytest.approx(l2b.sx, rel=1e-6)
-    few = _prepare(X[:9], Y[:9], None, chunk=4)
+    few = prepare(X[:9], Y[:9], None, chunk=4)
     assert few.A.shape == (9, 8) and np.allclose(few.A.T @ few.A, np.diag(few.var_a) * 8, atol=1e-4)
 
 
@@ -34,7 +34,7 @@ def test_blockwise_cross_covariance():
     A, B = rng.standard_normal((50, 4)), rng.standard_normal((60, 4))
     perm = rng.permutation(60)[:50]
     ok = rng.random(50) < 0.7
-    assert np.allclose(_cross_cov(A, B, perm, ok, chunk=6), A[ok].T @ B[perm[ok]])
+    assert np.allclose(cross_cov(A, B, perm, ok, chunk=6), A[ok].T @ B[perm[ok]])
 
 
 def test_vectorised_greedy_is_the_sequential_greedy():
@@ -72,7 +72,7 @@ def test_ivf_equals_exact_when_every_cell_is_probed_and_finds_close_partners():
 
 def test_sparse_assignment_with_ivf_and_leftover_rounds_is_exact():
     X, Y, true, _ = make_problem(1500, 32, seed=4)
-    prep = _prepare(X, Y, None)
+    prep = prepare(X, Y, None)
     res = match_pairfree(X, Y, dense_max=1000, search="ivf")  # everything sparse, candidates by IVF
     assert res.accuracy(true) == 1.0 and res.info["matched"] == 1500
     # a Y row whose candidates are all taken waits for the leftover rounds (dense_max too small for one
@@ -80,7 +80,7 @@ def test_sparse_assignment_with_ivf_and_leftover_rounds_is_exact():
     AR, B = prep.A, prep.A[true.argsort()]  # B row j is A row (true^-1)[j]: the identity match
     y_idx = true.argsort()[:, None].copy()  # Y row j -> its X row
     y_idx[::2] = y_idx[1::2]  # even Y rows now only know their odd neighbour's partner
-    perm, _, _ = _assign(AR, B, 1, 1, 32, False, y_idx=y_idx, search="ivf")
+    perm, _, _ = assign(AR, B, 1, 1, 32, False, y_idx=y_idx, search="ivf")
     assert np.array_equal(perm, true)
 
 

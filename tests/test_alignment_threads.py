@@ -3,7 +3,7 @@ free-core count does not take this process's own threads for load."""
 import numpy as np
 
 from alignment._checks import _own_runnable, blas_threads, in_parallel, work_threads
-from alignment.neighbours import _mutual, matmul_rows
+from alignment.neighbours import matmul_rows, mutual_neighbours
 from alignment.pairfree import _sign_search
 
 
@@ -29,10 +29,10 @@ def test_mutual_split_matches_one_thread():
     A = rng.standard_normal((300, 16)).astype(np.float32)
     order = rng.permutation(300)[:150]
     B = A[order] + 0.01 * rng.standard_normal((150, 16)).astype(np.float32)
-    one = _mutual(B, A, 1)
+    one = mutual_neighbours(B, A, 1)
     assert one[3] == 1.0 and (one[1] == order[one[0]]).all()  # every query finds its source, mutually
     for t in (2, 3):
-        got = _mutual(B, A, t)
+        got = mutual_neighbours(B, A, t)
         assert got[3] == one[3]
         np.testing.assert_array_equal(got[0], one[0])
         np.testing.assert_array_equal(got[1], one[1])

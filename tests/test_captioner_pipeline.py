@@ -137,14 +137,14 @@ def test_classify_passes_templates_to_the_head(fakes):
     im = Pattern(0)()
     out = p.classify([im], ["koala", "fire truck", "frog"], top_k=3, templates=["a photo of a {}."])
     assert len(out[0]["labels"]) == 3
-    keys = [k for k in p._heads if k[0] == ("koala", "fire truck", "frog")]
+    keys = [k for k in p.zeroshot.heads if k[0] == ("koala", "fire truck", "frog")]
     assert [k[1] for k in keys] == [("a photo of a {}.",)]
     # one template: the head is the (normalised) embedding of the filled prompt, per class
-    W = p._heads[keys[0]]
+    W = p.zeroshot.heads[keys[0]]
     E = fakes["fake-text"].encode(["a photo of a koala.", "a photo of a fire truck.", "a photo of a frog."])
     np.testing.assert_allclose(W, E / np.linalg.norm(E, axis=1, keepdims=True), atol=1e-6)
     p.classify([im], ["koala", "fire truck", "frog"], top_k=1)  # the default prompts: a second head
-    assert len([k for k in p._heads if k[0] == ("koala", "fire truck", "frog")]) == 2
+    assert len([k for k in p.zeroshot.heads if k[0] == ("koala", "fire truck", "frog")]) == 2
     for bad in ([], ["no placeholder"], [3]):
         with pytest.raises(CaptionerError, match="templates must be"):
             p.classify([im], ["koala", "frog"], templates=bad)
@@ -175,7 +175,7 @@ def _decoder_key_inputs():
 
 
 def test_decoder_cache_key_is_stable_and_tracks_what_changes_the_weights():
-    from captioner.pipeline import decoder_cache_key
+    from captioner.pipeline_decoder import decoder_cache_key
 
     fp, texts, E = _decoder_key_inputs()
     a = decoder_cache_key(fp, "tiny", {"steps": 20, "lr": 1e-3}, texts, E, vocab_priority=2)
@@ -201,11 +201,11 @@ def test_decoder_cache_key_is_the_same_in_another_process(tmp_path):
     import sys
     from pathlib import Path
 
-    from captioner.pipeline import decoder_cache_key
+    from captioner.pipeline_decoder import decoder_cache_key
 
     fp, texts, E = _decoder_key_inputs()
     here = decoder_cache_key(fp, "tiny", {"steps": 20}, texts, E, 2)
-    code = ("import json, sys, numpy as np; from captioner.pipeline import decoder_cache_key; "
+    code = ("import json, sys, numpy as np; from captioner.pipeline_decoder import decoder_cache_key; "
             "fp, texts, E = json.loads(sys.argv[1]); "
             "print(decoder_cache_key(fp, 'tiny', {'steps': 20}, texts, np.asarray(E, np.float32), 2))")
     env = {**os.environ, "PYTHONHASHSEED": "123", "CAPTIONER_HOME": str(tmp_path)}

@@ -341,23 +341,27 @@ class _FakeClassifier:
 
 
 def test_the_caption_tab_offers_the_classifier_first_when_there_is_one(pipe, tmp_path):
-    assert DemoHandlers(pipe).captioners == ["rotation"]  # a fake pipeline builds no classifier
+    assert DemoHandlers(pipe).captioners == ["retrieval", "decoder"]  # a fake pipeline builds no classifier
     clf = _FakeClassifier()
     h = DemoHandlers(pipe, classifier=clf)
-    assert h.captioners == ["classifier", "rotation"] and h.default_captioner == "classifier"
+    assert h.captioners == ["classifier", "retrieval", "decoder"] and h.default_captioner == "classifier"
     cap, rows, timings, status = h.caption(solid(tmp_path / "red.png", (255, 0, 0)), "paired", top_k=1,
                                            captioner="classifier")
     assert status == "" and cap == "A photo of a fire truck.  (class probability 0.73)"  # as the CLI shows it
     assert rows == [[1, "A fire truck.", 0.9]]
     assert clf.calls == [1] and pipe.calls["caption"] == 0  # the rotation pipeline is not touched
     assert "encode 3.0 ms" in timings and "per" not in timings and "caption decoding" not in timings
-    # the rotation captioner is still there, and an unknown one is one line
-    assert h.caption(solid(tmp_path / "r2.png", (255, 0, 0)), "paired", captioner="rotation")[0] == \
-        "decoded: a red fire truck."
+    # the rotation captioners are still there ("rotation", the older name of "decoder", too), and an unknown
+    # one is one line listing those of the registry on offer
+    for name in ("decoder", "rotation"):
+        assert h.caption(solid(tmp_path / "r2.png", (255, 0, 0)), "paired", captioner=name)[0] == \
+            "decoded: a red fire truck."
+    assert h.caption(solid(tmp_path / "r2.png", (255, 0, 0)), "paired", captioner="retrieval", top_k=1)[0] == \
+        "a red fire truck."
     status = h.caption(solid(tmp_path / "r3.png", (255, 0, 0)), "paired", captioner="magic")[-1]
-    assert status == "unknown captioner 'magic'; choose one of classifier, rotation"
+    assert status == "unknown captioner 'magic'; choose one of classifier, retrieval, decoder"
     assert DemoHandlers(pipe).caption(solid(tmp_path / "r4.png", (0, 255, 0)), captioner="classifier")[-1] == \
-        "unknown captioner 'classifier'; choose one of rotation"
+        "unknown captioner 'classifier'; choose one of retrieval, decoder"
 
 
 def test_classifier_captioner_builds_its_pipeline_once_with_the_default_bank():
@@ -393,5 +397,5 @@ def test_a_real_pipeline_gets_a_classifier_with_its_text_encoder_device_and_prog
     pipe = WithBank(text_encoder="fake-text", device="cpu")
     h = DemoHandlers(pipe)
     c = h.classifier
-    assert isinstance(c, ClassifierCaptioner) and h.captioners == ["classifier", "rotation"]
+    assert isinstance(c, ClassifierCaptioner) and h.captioners == ["classifier", "retrieval", "decoder"]
     assert (c.factory, c.text_encoder, c.device, c.bank, c.progress) == (WithBank, "fake-text", "cpu", "default", True)

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
+from captioner.datasets import GCOMPRIS_RCC, OPENCLIPART_ROOT
 from captioner.errors import CaptionerError
-from captioner.photosets import GCOMPRIS_RCC, OPENCLIPART_ROOT
 from captioner.rcc import read_rcc
 from captioner.subject import WORDNET_DIR, names_subject, subject_terms
 

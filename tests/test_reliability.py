@@ -208,7 +208,7 @@ def test_repaired_images_invalidate_partial_chunks(tmp_path):
 
 def test_damaged_rotation_is_moved_aside(tmp_path, caplog):
     from alignment.procrustes import fit_procrustes
-    from captioner.pipeline import _load_or_heal
+    from captioner.pipeline_rotations import load_or_heal
 
     rng = np.random.default_rng(0)
     X = rng.standard_normal((40, 6))
@@ -217,7 +217,7 @@ def test_damaged_rotation_is_moved_aside(tmp_path, caplog):
     for damage in ("hash-removed", "bad-json", "bad-arrays"):
         m.save(path)
         side = path.with_suffix(".json")
-        assert _load_or_heal(path, None, None) is not None
+        assert load_or_heal(path, None, None) is not None
         if damage == "hash-removed":
             meta = json.loads(side.read_text())
             del meta["arrays_sha256"]
@@ -227,7 +227,7 @@ def test_damaged_rotation_is_moved_aside(tmp_path, caplog):
         else:
             path.write_bytes(b"\x00" * 64)
         with caplog.at_level(logging.WARNING, logger="captioner"):
-            assert _load_or_heal(path, None, None) is None
+            assert load_or_heal(path, None, None) is None
         assert not path.exists() and not side.exists()
     assert len(list(tmp_path.glob("paired.safetensors.damaged-*"))) >= 1
     assert sum("moved aside" in r.getMessage() for r in caplog.records) == 3
@@ -349,7 +349,7 @@ def test_pipeline_head_cache_is_an_lru():
     from captioner.pipeline import MAX_HEADS, Pipeline
 
     p = Pipeline(progress=False)
-    assert isinstance(p._heads, LRU) and p._heads.maxsize == MAX_HEADS
+    assert isinstance(p.zeroshot.heads, LRU) and p.zeroshot.heads.maxsize == MAX_HEADS
     c = LRU(2, pinned=["keep"])
     c["keep"], c["a"], c["b"] = 0, 1, 2
     _ = c["a"]
@@ -373,7 +373,7 @@ def test_demo_decodes_at_most_two_images_at_once(monkeypatch):
         return Image.new("RGB", (4, 4))
 
     monkeypatch.setattr(images, "load_image", slow_load)
-    ts = [threading.Thread(target=demo._decode_image, args=(Image.new("RGB", (4, 4)),)) for _ in range(6)]
+    ts = [threading.Thread(target=demo.decode_image, args=(Image.new("RGB", (4, 4)),)) for _ in range(6)]
     for t in ts:
         t.start()
     for t in ts:

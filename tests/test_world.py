@@ -225,7 +225,8 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     from pathlib import Path
 
     from alignment.errors import MismatchError
-    from alignment.procrustes import fit_procrustes, load_map
+    from alignment.maps import load_map
+    from alignment.procrustes import fit_procrustes
     from captioner.encoders import get_encoder
     from captioner.world.models import world_dir
 

@@ -17,7 +17,7 @@ MATCHER_NAMES = tuple(MATCHERS)
 
 
 @contextmanager
-def _user_errors():
+def user_errors():
     """alignment/ is pure math with its own errors; the CLI shows them as one-line captioner errors."""
     from alignment.errors import AlignmentError, MismatchError
 
@@ -29,7 +29,7 @@ def _user_errors():
         raise CaptionerError(str(e)) from None
 
 
-def _load(path, modality: str):
+def load_cache(path, modality: str):
     from captioner.cache import load_embeddings
 
     es = load_embeddings(path)
@@ -45,7 +45,7 @@ def _describe(es) -> dict:
             "N": int(es.X.shape[0]), "D": int(es.X.shape[1])}
 
 
-def _pairs(img, txt, reduce: str):
+def cache_pairs(img, txt, reduce: str):
     """Paired rows (X (M, D1), Y (M, D2), sample ids) of two caches by sample id."""
     from captioner.cache import paired
 
@@ -90,7 +90,7 @@ class _CacheSource:
         self.text_sample_ids = list(txt.sample_ids)
 
     def pairs(self):
-        X, Y, sids = _pairs(self.img, self.txt, self.reduce)
+        X, Y, sids = cache_pairs(self.img, self.txt, self.reduce)
         self.n_pairs = len(sids)
         return X, Y
 
@@ -162,7 +162,7 @@ def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, te
     from captioner.rotations import get_kind
 
     kind = get_kind(method)
-    img, txt = _load(image_cache, "image"), _load(text_cache, "text")
+    img, txt = load_cache(image_cache, "image"), load_cache(text_cache, "text")
     meta = {"x_encoder": img.meta.get("encoder"), "y_encoder": txt.meta.get("encoder"),
             "datasets": {"image": _describe(img)["dataset"], "text": _describe(txt)["dataset"]},
             "caches": {"image": _describe(img), "text": _describe(txt)}}
@@ -171,7 +171,7 @@ def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, te
     src = _CacheSource(img, txt, meta, reduce, text_rows, as_json)
     t0 = time.time()
     report: dict = {}
-    with _user_errors():
+    with user_errors():
         fitted = kind.fit(src, **kind.options(**{k: v for k, v in given.items() if k in kind.defaults}))
         rot = fitted.map
         rot.meta.update(meta)
@@ -248,15 +248,15 @@ def score_cmd(image_cache, text_cache, metrics, n_null, topk, reduce, rotation, 
     bad = [m for m in names if m not in METRICS]
     if bad:
         raise CaptionerError(f"unknown metric {bad[0]!r}; choose from {', '.join(METRICS)} or 'all'")
-    img, txt = _load(image_cache, "image"), _load(text_cache, "text")
+    img, txt = load_cache(image_cache, "image"), load_cache(text_cache, "text")
     rows = []
-    with _user_errors():
+    with user_errors():
         rot = None
         if rotation:  # checked first: a map for other encoders should fail before any scoring work
-            from alignment.procrustes import load_map
+            from alignment.maps import load_map
 
             rot = load_map(rotation, x_encoder=img.meta.get("encoder"), y_encoder=txt.meta.get("encoder"))
-        X, Y, sids = _pairs(img, txt, reduce)
+        X, Y, sids = cache_pairs(img, txt, reduce)
         for name in names:
             kw = {"k": topk} if name in ("mutual_knn", "cknna") else {}
             if n_null:

@@ -32,16 +32,16 @@ def diagnose_cmd(image_cache, text_cache, restarts, pairs, n_perm, seed, matcher
     import numpy as np
 
     from alignment.diagnose import diagnose
-    from captioner.commands.align import _load, _pairs, _user_errors
+    from captioner.commands.align import cache_pairs, load_cache, user_errors
 
-    img, txt = _load(image_cache, "image"), _load(text_cache, "text")
-    with _user_errors():
+    img, txt = load_cache(image_cache, "image"), load_cache(text_cache, "text")
+    with user_errors():
         if not np.isfinite(img.X).all() or not np.isfinite(txt.X).all():
             bad = "image" if not np.isfinite(img.X).all() else "text"
             raise CaptionerError(f"the {bad} cache has NaN or infinite rows; re-embed it (captioner embed --force)")
         pr = None
         if pairs:
-            X, Y, sids = _pairs(img, txt, "mean")
+            X, Y, sids = cache_pairs(img, txt, "mean")
             pr = (X, Y) if len(sids) >= 8 else None
         res = diagnose(img.X, txt.X, pairs=pr, restarts=restarts, n_perm=n_perm, seed=seed, matcher=matcher)
     if as_json:

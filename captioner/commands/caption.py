@@ -5,6 +5,7 @@ import json
 
 import click
 
+from captioner.captioners import captioner_names, help_text
 from captioner.errors import BadImageError, CaptionerError
 
 
@@ -101,10 +102,8 @@ def _resolve(captioner, rotation, no_decode, pipe_has_head) -> tuple[str, str]:
 @click.command("caption")
 @click.argument("images", nargs=-1, required=True, type=click.Path())
 @_common
-@click.option("--captioner", "-c", type=click.Choice(["classifier", "retrieval", "decoder"]), default=None,
-              help="classifier (default): the image encoder's ImageNet head names the subject, no rotation and no "
-                   "image-caption pair; retrieval: top bank caption through --rotation; decoder: DeCap + the "
-                   "text-only decoder (trains on first use: minutes).")
+@click.option("--captioner", "-c", type=click.Choice(captioner_names()), default=None,
+              help="(default: classifier where the image encoder has a head) " + help_text())
 @click.option("--no-decode", is_flag=True, help="With --rotation: caption = the top retrieved caption (no decoder).")
 @click.option("--bank", default=None,
               help="Captions to retrieve from: default (ImageNet names, CuPL, WordNet glosses, emoji, Tux Paint, "

@@ -6,11 +6,13 @@ import time
 
 import click
 
+from captioner.datasets import DATASETS
+
 
 @click.command("embed")
 @click.option("--encoder", "-e", required=True, help="Encoder name (see `captioner encoders`).")
 @click.option("--dataset", "-d", default="tuxpaint", show_default=True,
-              help="tuxpaint, gcompris, openclipart, emoji, samples, world, coco, coco-official, imagenet100, folder.")
+              help=", ".join(DATASETS) + ".")
 @click.option("--split", "-s", default="test", show_default=True, help="train, val, test or all (val2014 ... for coco-official).")
 @click.option("--root", type=click.Path(), default=None, help="Dataset folder (coco, imagenet100, folder).")
 @click.option("--world-seed", type=int, default=None,

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import click
 
+from captioner.captioners import captioner_names
+from captioner.datasets import dataset_names
 from captioner.evaluation.runs import ROTATION_CHOICES, ZEROSHOT_MODES, build_eval_pipeline, runs_dir
 
 
@@ -17,12 +19,12 @@ def cli():
 @cli.command("coco")
 @click.option("--rotation", "-r", type=click.Choice(ROTATION_CHOICES), default="paired", show_default=True,
               help="text = the text-only ceiling (each image's own reference caption embedding as the query).")
-@click.option("--captioner", "-c", type=click.Choice(["retrieval", "decoder"]), default="retrieval",
+@click.option("--captioner", "-c", type=click.Choice(captioner_names(uses_rotation=True)), default="retrieval",
               show_default=True, help="decoder = the text-only decoder, reading DeCap's projection onto the bank (the head map: its "
                    "rotated query; see --decode-input).")
 @click.option("--coco-root", type=click.Path(), default=None,
               help="COCO folder with dataset_coco.json (Karpathy split) and the images; default: Tux Paint test.")
-@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "world"]), default="tuxpaint", show_default=True,
+@click.option("--dataset", "-d", type=click.Choice(dataset_names("coco")), default="tuxpaint", show_default=True,
               help="world: the JEPA world's held-out scenes, with its trained JEPAs (`captioner world train`) in place "
                    "of the encoder options.")
 @click.option("--world-seed", default=0, show_default=True, help="--dataset world: the world seed.")
@@ -115,7 +117,7 @@ def _score_files_cli(results, annotations, meteor, spice, out, as_json):
 
 
 @cli.command("zeroshot")
-@click.option("--dataset", "-d", type=click.Choice(["tuxpaint", "imagenet100", "world"]), default="tuxpaint",
+@click.option("--dataset", "-d", type=click.Choice(dataset_names("zeroshot")), default="tuxpaint",
               show_default=True, help="world: each attribute of the JEPA world's held-out renders, with its trained "
                                       "JEPAs in place of the encoder options.")
 @click.option("--root", type=click.Path(), default=None, help="ImageNet-100 folder (<split>/<wnid>/*.JPEG).")

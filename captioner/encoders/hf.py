@@ -14,7 +14,7 @@ CAUSAL_TYPES = {"llama", "gpt2", "qwen2", "qwen3", "mistral", "gemma", "gemma2",
                 "gpt_neox", "opt", "bloom", "falcon", "olmo", "olmo2", "smollm3"}
 
 
-def _weights_hash(path: str) -> str:
+def hash_weights_at(path: str) -> str:
     files = [f for pat in ("*.safetensors", "*.bin", "*.gguf", "*.onnx") for f in glob.glob(os.path.join(path, pat))]
     return hash_files(files) if files else "unhashed:" + os.path.basename(os.path.normpath(path))
 
@@ -85,7 +85,7 @@ class HFImageEncoder(Encoder):
         self.dtype = getattr(torch, dtype)
 
     def weights_hash(self):
-        return _weights_hash(self.path)
+        return hash_weights_at(self.path)
 
     def extra_fingerprint(self):
         return {"size": self.size, "resize": self.resize}
@@ -140,7 +140,7 @@ class HFTextEncoder(Encoder):
         self.pooling = "mean" if layer == -1 else f"mean-layer{layer}"
 
     def weights_hash(self):
-        return _weights_hash(self.path)
+        return hash_weights_at(self.path)
 
     def extra_fingerprint(self):
         return {"layer": self.layer, "normalize": self.normalize, "max_length": self.max_length}
@@ -164,3 +164,12 @@ def is_text_model(path: str) -> bool:
     """True when the folder holds a text model (has a tokenizer, no vision config)."""
     p = Path(path)
     return (p / "tokenizer_config.json").exists() or (p / "tokenizer.json").exists()
+
+
+# registry loaders (``captioner.encoders.registry``): ``arg`` is the hub id or path after the prefix
+def load_hf_image(arg: str, device: str = "cpu", name: str | None = None, **kw) -> HFImageEncoder:
+    return HFImageEncoder(arg, device=device, name=name, **kw)
+
+
+def load_hf_text(arg: str, device: str = "cpu", name: str | None = None, **kw) -> HFTextEncoder:
+    return HFTextEncoder(arg, device=device, name=name, **kw)

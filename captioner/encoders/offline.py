@@ -326,3 +326,23 @@ class SmolLM2(HFTextEncoder):
     def __init__(self, device: str = "cpu", layer: int = -1, max_length: int = 128):
         super().__init__(str(smollm2_dir()), device=device, layer=layer, normalize=False, max_length=max_length,
                          name="smollm2-135m" if layer == -1 else f"smollm2-135m@{layer}")
+
+
+# registry loaders (``captioner.encoders.registry``): load(arg, device=..., name=..., **options) -> Encoder
+def load_efficientnet(arg: str, device: str = "cpu", name: str | None = None, **kw) -> EfficientNetLite0:
+    """``efficientnet-lite0|1|2``; ``@k`` (``layer=k``) is the mean-pooled output of MBConv block k."""
+    if "layer" in kw:
+        kw["block"] = kw.pop("layer")
+    return EfficientNetLite0(device=device, variant=arg, **kw)
+
+
+def load_minilm_l3(arg: str, device: str = "cpu", name: str | None = None, **kw) -> MiniLML3Onnx:
+    return MiniLML3Onnx(device=device, **kw)
+
+
+def load_mpnet(arg: str, device: str = "cpu", name: str | None = None, **kw) -> MPNetBase:
+    return MPNetBase(device=device, **kw)
+
+
+def load_smollm2(arg: str, device: str = "cpu", name: str | None = None, **kw) -> SmolLM2:
+    return SmolLM2(device=device, **kw)

@@ -43,7 +43,7 @@ def feature_module(model):
 
 
 @contextlib.contextmanager
-def _without_onnx_package():
+def without_onnx_package():
     """Let the TorchScript exporter finish without the ``onnx`` package (see the module docstring)."""
     try:
         import onnx  # noqa: F401
@@ -77,7 +77,7 @@ def export_onnx(model, size: int, path: str | Path) -> Path:
     buf = io.BytesIO()
     try:
         model.to(memory_format=torch.contiguous_format)
-        with warnings.catch_warnings(), _without_onnx_package(), torch.no_grad():
+        with warnings.catch_warnings(), without_onnx_package(), torch.no_grad():
             warnings.simplefilter("ignore")
             torch.onnx.export(mod, (torch.zeros(1, 3, size, size),), buf, input_names=["x"],
                               output_names=["features"], dynamic_axes={"x": {0: "n"}, "features": {0: "n"}},

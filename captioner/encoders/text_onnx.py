@@ -42,7 +42,7 @@ def export_text_onnx(folder: str | Path, path: Path) -> Path:
     import torch
     from transformers import AutoModel
 
-    from captioner.encoders.onnx_export import _without_onnx_package
+    from captioner.encoders.onnx_export import without_onnx_package
     from captioner.paths import atomic_write_bytes
 
     bert = AutoModel.from_pretrained(str(folder), attn_implementation="eager").eval()
@@ -63,7 +63,7 @@ def export_text_onnx(folder: str | Path, path: Path) -> Path:
     buf = io.BytesIO()
     dyn = {"input_ids": {0: "n", 1: "t"}, "attention_mask": {0: "n", 1: "t"}, "token_type_ids": {0: "n", 1: "t"},
            "embedding": {0: "n"}}
-    with warnings.catch_warnings(), _without_onnx_package(), torch.no_grad():
+    with warnings.catch_warnings(), without_onnx_package(), torch.no_grad():
         warnings.simplefilter("ignore")
         torch.onnx.export(Pooled().eval(), (ids, ids, torch.zeros_like(ids)), buf,
                           input_names=["input_ids", "attention_mask", "token_type_ids"], output_names=["embedding"],
@@ -117,9 +117,9 @@ class MiniLML6(Encoder):
         self._ort = None  # (session holder, tokenizer) once loaded; False once it failed
 
     def weights_hash(self):
-        from captioner.encoders.hf import _weights_hash
+        from captioner.encoders.hf import hash_weights_at
 
-        return _weights_hash(self.path)
+        return hash_weights_at(self.path)
 
     def extra_fingerprint(self):  # as HFTextEncoder's, so that cached embeddings stay valid
         return {"layer": -1, "normalize": True, "max_length": self.max_length}
@@ -172,3 +172,8 @@ class MiniLML6(Encoder):
         for i in range(0, len(batch), 64):  # pads to the longest of 64, not of the whole list
             out.append(m.session().run(None, self._feeds(tok, batch[i:i + 64]))[0])
         return np.concatenate(out)
+
+
+def load_minilm_l6(arg: str, device: str = "cpu", name: str | None = None, **kw) -> MiniLML6:
+    """Registry loader of ``minilm-l6`` (``captioner.encoders.registry``)."""
+    return MiniLML6(device=device, **kw)

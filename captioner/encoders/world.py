@@ -18,3 +18,8 @@ def world_encoder(name: str, device: str = "cpu", preset: str | None = None, see
     enc = JEPAEncoder(path, device=device, pool=pool, normalize=True, **kw)
     enc.name = name if preset is None and not seed else f"{name}?preset={preset or ''}&seed={seed}"
     return enc
+
+
+def load_world(arg: str, device: str = "cpu", name: str | None = None, **kw):
+    """Registry loader (``captioner.encoders.registry``) of the ``world-*`` names."""
+    return world_encoder(arg, device=device, **kw)

@@ -127,7 +127,7 @@ def evaluate_zeroshot(pipe, dataset: str = "tuxpaint", mode: str = "paired", roo
         if prototypes:
             from captioner.zeroshot import PrototypeClassifier
 
-            pool = pipe._train_images()
+            pool = pipe.train_images()
             clf = PrototypeClassifier(clf, pool)
             out["pairing"] += (f"; class prototypes from {pipe.train_set.name}/{pipe.train_set.split}'s images, "
                                "unlabelled")

@@ -101,7 +101,7 @@ class JEPAEncoder(Encoder):
         return out
 
 
-def load_jepa_encoder(path: str | Path, device: str = "cpu", **kw) -> JEPAEncoder:
+def load_jepa_encoder(path: str | Path, device: str = "cpu", name: str | None = None, **kw) -> JEPAEncoder:
     """``jepa:<path>``: a run folder (or its ``checkpoint.pt``) from ``captioner train`` as an Encoder.
 
     ``encode(texts | PIL images) -> (N, dim) float32``; ``fingerprint()`` carries the weights hash, kind,

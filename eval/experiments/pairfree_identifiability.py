@@ -25,19 +25,21 @@ def run(dim: int = 32, eps=(0.01, 0.1), n_random: int = 3, seed: int = 0) -> dic
     import ot
     from scipy.optimize import linear_sum_assignment
 
-    from alignment.pairfree import _prepare, _procrustes, _sqnorm, match_wp
+    from alignment.matching import prepare, weighted_procrustes
+    from alignment.neighbours import sqnorm
+    from alignment.pairfree_baselines import match_wp
     from captioner.cache import paired
     from eval.experiments.alignment_realdata import load_split
 
     img, txt = load_split("train")
     X, Y, _ = paired(img, txt, reduce="mean")           # row i of X pairs with row i of Y
-    p = _prepare(X, Y, dim, True, True)                 # the matcher's own geometry
+    p = prepare(X, Y, dim, True, True)                 # the matcher's own geometry
     A, B = p.A.astype(np.float64), p.B.astype(np.float64)
     n = len(A)
 
     def cost_matrix(R):
         AR = A @ R
-        return _sqnorm(AR)[:, None] + _sqnorm(B)[None, :] - 2 * AR @ B.T
+        return sqnorm(AR)[:, None] + sqnorm(B)[None, :] - 2 * AR @ B.T
 
     def rot_scores(R):
         C = cost_matrix(R)
@@ -59,9 +61,9 @@ def run(dim: int = 32, eps=(0.01, 0.1), n_random: int = 3, seed: int = 0) -> dic
 
     rng = np.random.default_rng(seed)
     wp = match_wp(A, B, dim=None, seed=seed)
-    R_wp = _procrustes(A, B[wp.perm]).astype(np.float64)
+    R_wp = weighted_procrustes(A, B[wp.perm]).astype(np.float64)
     rows = {
-        "paired (true)": {**rot_scores(_procrustes(A, B).astype(np.float64)), "gw": gw_loss(np.arange(n))},
+        "paired (true)": {**rot_scores(weighted_procrustes(A, B).astype(np.float64)), "gw": gw_loss(np.arange(n))},
         "pair-free wp": {**rot_scores(R_wp), "gw": gw_loss(wp.perm),
                          "pairs_correct": float((wp.perm == np.arange(n)).mean())},
     }

@@ -1,15 +1,10 @@
-"""Validation photos that are not Tux Paint: GCompris' labelled photos and openclipart drawings.
+"""``gcompris``: the real photos inside Debian ``gcompris-qt-data``'s Qt resource files
+(``/usr/share/gcompris-qt/rcc/*.rcc``, read by ``captioner.rcc``): the explore activities' animals,
+monuments (each with a paragraph of English description), the solar system's planets, and the
+categorization activity's photos (tools, fishes, monuments, renewable energy, household objects), labelled
+from their file names through ``CATEGORIZATION_LABELS``.
 
-- ``gcompris``: the real photos inside Debian ``gcompris-qt-data``'s Qt resource files
-  (``/usr/share/gcompris-qt/rcc/*.rcc``, read by ``captioner.rcc``): the explore activities' animals,
-  monuments (each with a paragraph of English description), the solar system's planets, and the
-  categorization activity's photos (tools, fishes, monuments, renewable energy, household objects), labelled
-  from their file names through ``CATEGORIZATION_LABELS``.
-- ``openclipart``: Debian ``openclipart-svg`` drawings of objects (the folders in ``OPENCLIPART_OBJECTS``:
-  animals, food, vehicles ...; no icons, signs, shapes or flags), rendered with cairosvg on white; the
-  caption is the drawing's title (and its description when it has one), the label its title.
-
-Both split 40/30/30 into train/val/test by a seeded hash of the label, so one label never crosses splits.
+Split 40/30/30 into train/val/test by a seeded hash of the label, so one label never crosses splits.
 ``test`` is held out: nothing is chosen or tuned on it.
 """
 from __future__ import annotations
@@ -19,11 +14,12 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
-from captioner.datasets import CaptionDataset, Sample, _check_split, split_of
+from captioner.datasets.base import CaptionDataset, Sample, split_by_label
 from captioner.errors import BadImageError, CaptionerError
 
 GCOMPRIS_RCC = Path("/usr/share/gcompris-qt/rcc")
-OPENCLIPART_ROOT = Path("/usr/share/openclipart/svg")
+PHOTO_FRACTIONS = (0.4, 0.3, 0.3)
+
 PHOTO_FRACTIONS = (0.4, 0.3, 0.3)
 
 # categorization/<folder>/<stem>.webp -> (label, extra subject terms). The stem less its digits, hand-checked
@@ -59,12 +55,6 @@ CATEGORIZATION_LABELS = {
     "zimniPalace": ("Winter Palace", ()),
 }
 
-
-def _split(name: str, split: str, samples: list, seed: int) -> list:
-    _check_split(name, split)
-    if split == "all":
-        return samples
-    return [s for s in samples if split_of(s.label.lower(), seed, PHOTO_FRACTIONS) == split]
 
 
 class RccImage:
@@ -159,7 +149,7 @@ def _gcompris_all(root: str) -> tuple:
 
 def gcompris(split: str = "val", root=GCOMPRIS_RCC, seed: int = 0) -> CaptionDataset:
     """GCompris' labelled real photos (see the module docstring); split 40/30/30 by label."""
-    samples = _split("gcompris", split, list(_gcompris_all(str(root))), seed)
+    samples = split_by_label("gcompris", split, list(_gcompris_all(str(root))), seed, PHOTO_FRACTIONS)
     return CaptionDataset("gcompris", split, samples, labels=sorted({s.label for s in samples}), root=str(root))
 
 
@@ -169,75 +159,3 @@ def subject_extra(label: str) -> tuple:
 
 
 _EXTRA = {lab: extra for lab, extra in CATEGORIZATION_LABELS.values()}
-
-# openclipart: object folders only (icons, signs, shapes, flags, maps, patterns and the unsorted folder out).
-OPENCLIPART_OBJECTS = ("animals", "buildings", "containers", "electronics", "food", "office", "plants",
-                       "recreation/music", "recreation/sports", "recreation/toys",
-                       "science/astronomy", "tools", "transportation/vehicles", "transportation/boating",
-                       "people/clothing")
-_JUNK_TITLE = re.compile(r"^(clipart by|untitled|drawing|image|svg|new document|layer)\b|\.svg$|^[\W\d_]+$",
-                         re.IGNORECASE)
-
-
-class SvgImage:
-    """A zero-argument renderer of one SVG drawing (cairosvg, 224 px wide, composited on white)."""
-
-    def __init__(self, path: str, width: int = 224):
-        self.path, self.width = path, width
-        self.__name__ = path
-
-    def __call__(self):
-        try:
-            import cairosvg
-        except ImportError:
-            raise CaptionerError("cairosvg is not installed; run scripts/setup.sh (pip install cairosvg)") from None
-        from PIL import Image
-
-        from captioner.images import to_rgb
-
-        try:
-            png = cairosvg.svg2png(url=self.path, output_width=self.width)
-            im = Image.open(io.BytesIO(png))
-            im.load()
-        except Exception as e:  # noqa: BLE001 - malformed SVGs raise many kinds of errors
-            raise BadImageError(self.path, f"cannot render the SVG ({type(e).__name__})") from None
-        return to_rgb(im)
-
-
-def _svg_meta(path: Path) -> tuple[str, str]:
-    """(title, description) from an SVG's RDF metadata (the first dc:title is the work's)."""
-    head = path.read_bytes()[:20000].decode("utf-8", "replace")
-
-    def one(tag):
-        m = re.search(rf"<dc:{tag}>(.*?)</dc:{tag}>", head, re.S)
-        return " ".join(m.group(1).split()) if m else ""
-    from html import unescape
-
-    return unescape(one("title")), unescape(one("description"))
-
-
-@lru_cache(maxsize=2)
-def _openclipart_all(root: str) -> tuple:
-    from captioner.subject import has_subject
-
-    rootp = Path(root)
-    if not rootp.is_dir():
-        raise CaptionerError(f"openclipart not found at {rootp}; run scripts/setup.sh "
-                             "(apt-get install openclipart-svg)")
-    out = []
-    for folder in OPENCLIPART_OBJECTS:
-        for f in sorted((rootp / folder).rglob("*.svg")):
-            title, desc = _svg_meta(f)
-            if not title or _JUNK_TITLE.search(title) or not has_subject(title):
-                continue
-            desc = "" if desc.startswith("HASH(") else desc  # an exporter's placeholder
-            caps = [title] + ([desc] if desc and desc.lower() != title.lower() else [])
-            out.append(Sample(id=str(f.relative_to(rootp).with_suffix("")), source=SvgImage(str(f)),
-                              captions=caps, label=title))
-    return tuple(out)
-
-
-def openclipart(split: str = "val", root=OPENCLIPART_ROOT, seed: int = 0) -> CaptionDataset:
-    """openclipart object drawings with English titles (see the module docstring); split 40/30/30 by title."""
-    samples = _split("openclipart", split, list(_openclipart_all(str(root))), seed)
-    return CaptionDataset("openclipart", split, samples, labels=sorted({s.label for s in samples}), root=str(root))
