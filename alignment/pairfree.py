@@ -51,23 +51,23 @@ from alignment._checks import blas_threads, in_parallel, work_threads
 from alignment.errors import AlignmentError
 from alignment.matching import (  # noqa: F401
     MatchResult,
-    _cross_cov,
-    _Prep,
-    _prepare,
-    _procrustes,
-    _rotation_from,
+    Prep,
     check_seeds,  # noqa: F401  (re-exported: it used to live here)
+    cross_cov,
+    prepare,
+    rotation_from,
+    weighted_procrustes,
 )
 from alignment.neighbours import (  # noqa: F401
-    _assign,
-    _mutual,
-    _mutual_and_coupling,
-    _sqdist,
-    _sqnorm,
+    assign,
     knn,
     matmul_rows,
+    mutual_and_coupling,
+    mutual_neighbours,
+    sqdist,
+    sqnorm,
 )
-from alignment.procrustes import _svd
+from alignment.procrustes import svd
 
 # The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
 # fallback and held-out trust check; 3: the lattice factorisation made independent of the rows' order; 4: auto's
@@ -259,7 +259,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     t0 = time.perf_counter()
     timings = {}
     threads = work_threads()  # for the large products: what the CPUs free now allow (one on a busy machine)
-    prep = _prepare(X, Y, dim, normalize, threads=threads)
+    prep = prepare(X, Y, dim, normalize, threads=threads)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
@@ -273,8 +273,8 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     Bw = B[:, :k] / np.sqrt(prep.var_b[:k] + 1e-12).astype(np.float32)
     ny_sub = min(n2, subset)
     nx_sub = min(n1, 2 * subset)
-    ys = np.argsort(-_sqnorm(Bw), kind="stable")[:ny_sub]
-    xs = np.argsort(-_sqnorm(Aw), kind="stable")[:nx_sub]
+    ys = np.argsort(-sqnorm(Bw), kind="stable")[:ny_sub]
+    xs = np.argsort(-sqnorm(Aw), kind="stable")[:nx_sub]
 
     # 3-4. sign search and refinement on the subsets. Small products: one BLAS thread is much faster here
     # than several (thread wake-ups dominate, far worse on a busy machine).
@@ -295,22 +295,22 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
     t = time.perf_counter()
     where = {"search": search, "device": device, "threads": threads}
     AR = matmul_rows(A, R, threads)
-    perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj), **where)
+    perm, dist, cand = assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj), **where)
     ok = perm >= 0 if reject is None else cand["mutual_mask"]  # partial overlap: refit on confident pairs
     if ok.sum() >= 2:
         with blas_threads(threads):
-            M = _cross_cov(A, B, perm, ok)  # in row blocks: no copy of the matched rows
+            M = cross_cov(A, B, perm, ok)  # in row blocks: no copy of the matched rows
         with blas_threads(1):
             R = _procrustes_seeded(None, None, (A[si], B[sj], sw), M=M)
     if best["mutual"] < 0.98:
         AR = matmul_rows(A, R, threads)
-        perm, dist, cand = _assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj),
+        perm, dist, cand = assign(AR, B, dense_max, candidates, candidate_dims, progress, force=(si, sj),
                                    y_idx=cand["y_idx"] if n1 * n2 > dense_max else None, **where)
     timings["assign_s"] = time.perf_counter() - t
 
     # unsupervised scores on all rows: mutual nearest neighbours, and the ratio test (nearest X of a Y row
     # at under half the distance of the second nearest)
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     yd = cand["y_d2"]
     confident = float((yd[:, 0] < 0.25 * yd[:, 1]).sum() / min(n1, n2)) if yd.shape[1] > 1 else float("nan")
     ok = perm >= 0
@@ -334,7 +334,7 @@ def match_pairfree(X, Y, dim: int | None = None, sign_axes: int = 8, restarts: i
         "rejected": rejected,
         "timings": {kk: round(v, 3) for kk, v in timings.items()}, "seconds": round(time.perf_counter() - t0, 3),
     }
-    rot = _rotation_from(prep, R, "pairfree", s_fit, {**meta, "fit": {"pairfree": {
+    rot = rotation_from(prep, R, "pairfree", s_fit, {**meta, "fit": {"pairfree": {
         kk: v for kk, v in info.items() if kk not in ("restarts",)}}})
     return MatchResult(rot, perm, coupling, float(mutual_rate), info)
 
@@ -349,8 +349,8 @@ def _sign_search(Ar, Bq, threads: int = 1):
     if k > 12:
         raise AlignmentError(f"sign_axes={k}: the exhaustive sign search (2^{k} patterns) is too large; use <= 12")
     patterns = np.array(list(itertools.product((1.0, -1.0), repeat=k)), np.float32)
-    an = _sqnorm(Ar)[None, :]
-    bn = _sqnorm(Bq)
+    an = sqnorm(Ar)[None, :]
+    bn = sqnorm(Bq)
     half = max(1, len(Bq) // 2)
     scores = np.empty(len(patterns))
     last = len(patterns) - 1
@@ -379,7 +379,7 @@ def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded, threads
     tried = []
     for p in np.argsort(scores)[:max(1, restarts)]:
         sgn = patterns[p]
-        qi, ri, _, frac = _mutual(Bws * sgn, Aws, threads)  # first pairs from the sign pattern alone
+        qi, ri, _, frac = mutual_neighbours(Bws * sgn, Aws, threads)  # first pairs from the sign pattern alone
         R, hist, m = None, [], k
         while m < d:
             m = d if frac >= 0.98 else min(2 * m, d)
@@ -388,14 +388,14 @@ def _refine(As, Bs, Aws, Bws, patterns, scores, restarts, iters, seeded, threads
                     break
                 R = _procrustes_seeded(As[ri, :m], Bs[qi, :m], seeded, m)
                 prev = (len(qi), frac)
-                qi, ri, _, frac = _mutual(Bs[:, :m], matmul_rows(As[:, :m], R, threads), threads)
+                qi, ri, _, frac = mutual_neighbours(Bs[:, :m], matmul_rows(As[:, :m], R, threads), threads)
                 if (len(qi), frac) == prev:
                     break
             hist.append((m, round(float(frac), 4)))
         if R is None or R.shape[0] != d:  # d == k, or too few pairs: the signed identity itself
             R = np.eye(d, dtype=np.float32)
             R[:k, :k] = np.diag(sgn)
-            _, _, _, frac = _mutual(Bs, As @ R)
+            _, _, _, frac = mutual_neighbours(Bs, As @ R)
         tried.append({"pattern": int(p), "sign_score": float(scores[p]), "mutual": float(frac), "R": R,
                       "stages": hist})
         if frac > 0.9:  # unambiguous: the other restarts cannot beat it by much
@@ -411,5 +411,5 @@ def _procrustes_seeded(A, B, seeded, m=None, M=None):
     if len(sa):
         sa, sb = (sa, sb) if m is None else (sa[:, :m], sb[:, :m])
         M = M + w * (sa.T @ sb)
-    U, _, Vt = _svd(M.astype(np.float64))
+    U, _, Vt = svd(M.astype(np.float64))
     return (U @ Vt).astype(np.float32)

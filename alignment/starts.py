@@ -39,7 +39,7 @@ import numpy as np
 
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _prepare, _rotation_from, check_seeds
+from alignment.matching import MatchResult, check_seeds, prepare, rotation_from
 from alignment.rosetta import _seeded_M, anneal_soft, assignment_score, cluster_start, polar, refine
 
 STARTS = ("profile", "identity", "cluster")
@@ -117,7 +117,7 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
     MatchResult whose ``score`` is the winner's assignment score; ``info["candidates"]`` lists every start
     with its score before (and, if refined, after) refinement and its time.
     """
-    from alignment.neighbours import _assign, _mutual_and_coupling
+    from alignment.neighbours import assign, mutual_and_coupling
 
     t0 = time.perf_counter()
     bad = [s for s in starts if s not in STARTS]
@@ -125,7 +125,7 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
         raise AlignmentError(f"unknown start {bad[0]!r}; known: {', '.join(STARTS)}")
     if dim is None:  # the top principal axes only: each annealing step's polar factor is O(d^3)
         dim = min(np.shape(X)[1], np.shape(Y)[1], MAX_DIM)
-    prep = _prepare(X, Y, dim, normalize, rows_l2=rows_l2)
+    prep = prepare(X, Y, dim, normalize, rows_l2=rows_l2)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
@@ -169,12 +169,12 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
         r["seconds"] = round(r["seconds"] + time.perf_counter() - t, 3)
     best = max((r for r in runs if "score" in r), key=lambda r: r["score"])
     R = best["R"]
-    perm, _, cand = _assign(A @ R, B, dense_max, 4, min(32, d), progress, force=(si, sj))
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    perm, _, cand = assign(A @ R, B, dense_max, 4, min(32, d), progress, force=(si, sj))
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     info = {"method": "multistart", "n1": n1, "n2": n2, "dim": d, "chosen": best["start"],
             "candidates": [{k: v for k, v in r.items() if k != "R"} for r in runs],
             "assignment_score": best["score"], "mutual_rate": float(mutual_rate), "seeds": int(len(si)),
             "seconds": round(time.perf_counter() - t0, 3)}
-    rot = _rotation_from(prep, R, "multistart", 1.0, {**meta, "fit": {"multistart": {
+    rot = rotation_from(prep, R, "multistart", 1.0, {**meta, "fit": {"multistart": {
         k: v for k, v in info.items() if k != "candidates"}}})
     return MatchResult(rot, perm, coupling, float(best["score"]), info)

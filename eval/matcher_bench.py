@@ -88,7 +88,7 @@ def make_problem_chunked(n: int, d: int, alpha: float = 1.0, noise: float = 0.05
 def oracle(X, Y, true, Q, dense_max: int = 25_000_000, sample: int | None = None, seed: int = 0) -> dict:
     """Accuracy with the true rotation: one-to-one assignment of X Q to Y (when N1 x N2 <= dense_max) and
     each X Q row's nearest Y row (on ``sample`` random rows of X when given: large N)."""
-    from alignment.pairfree import _sqdist, knn
+    from alignment.neighbours import knn, sqdist
 
     ok = true >= 0
     rows = np.flatnonzero(ok)
@@ -101,7 +101,7 @@ def oracle(X, Y, true, Q, dense_max: int = 25_000_000, sample: int | None = None
     if len(X) * len(Y) <= dense_max:
         from scipy.optimize import linear_sum_assignment
 
-        r, c = linear_sum_assignment(_sqdist((X @ Q).astype(np.float32), Y).numpy())
+        r, c = linear_sum_assignment(sqdist((X @ Q).astype(np.float32), Y).numpy())
         perm = np.full(len(X), -1)
         perm[r] = c
         out["assignment"] = round(float((perm[ok] == true[ok]).mean()), 4)

@@ -23,7 +23,7 @@ def embed_texts(model, kind: str, texts: list[str], max_len: int, batch: int = 2
     return np.concatenate(out).astype(np.float32)
 
 
-def _embed_uint8(model, x, batch: int = 256) -> np.ndarray:
+def embed_uint8(model, x, batch: int = 256) -> np.ndarray:
     """(N, D) float32 embeddings of a (N, 3, H, W) uint8 tensor by an ImageJEPA (eval mode, CPU)."""
     import torch
 
@@ -39,4 +39,4 @@ def embed_images(model, images, batch: int = 256) -> np.ndarray:
     """(N, D) float32 embeddings of PIL images (already at the model's size) by an ImageJEPA."""
     from captioner.jepa.views import pil_to_uint8
 
-    return _embed_uint8(model, pil_to_uint8(images, model.cfg.image_size), batch)
+    return embed_uint8(model, pil_to_uint8(images, model.cfg.image_size), batch)

@@ -46,12 +46,12 @@ def fixed_point(A, B, R, max_iter: int = 10):
     Returns (R, perm, mean assigned squared distance, iterations)."""
     from scipy.optimize import linear_sum_assignment
 
-    from alignment.matching import _procrustes
-    from alignment.pairfree import _sqdist
+    from alignment.matching import weighted_procrustes
+    from alignment.neighbours import sqdist
 
     prev = None
     for it in range(1, max_iter + 1):
-        D = _sqdist((A @ R).astype(np.float32), B).numpy()
+        D = sqdist((A @ R).astype(np.float32), B).numpy()
         r, c = linear_sum_assignment(D)
         perm = np.full(len(A), -1, np.int64)
         perm[r] = c
@@ -59,7 +59,7 @@ def fixed_point(A, B, R, max_iter: int = 10):
         if prev is not None and np.array_equal(perm, prev):
             break
         prev = perm
-        R = _procrustes(A[r], B[c])
+        R = weighted_procrustes(A[r], B[c])
     return R, perm, cost, it
 
 
@@ -68,9 +68,9 @@ def _balanced_plan(A, B, R, tau: float, rounds: int):
     (every row and column summing to one; ``rounds`` row-and-column normalisations), D the squared distances."""
     from scipy.special import logsumexp
 
-    from alignment.pairfree import _sqdist
+    from alignment.neighbours import sqdist
 
-    D = _sqdist((np.asarray(A, np.float64) @ R).astype(np.float32), np.asarray(B, np.float32)).numpy()
+    D = sqdist((np.asarray(A, np.float64) @ R).astype(np.float32), np.asarray(B, np.float32)).numpy()
     D = D.astype(np.float64)
     L = -D / tau
     for _ in range(rounds):
@@ -116,7 +116,7 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
     [n]), all measured against the same matcher answer; ``soft_tau``: temperatures (times the found fixed
     point's mean assigned squared distance) of :func:`soft_em` started from both answers."""
     from alignment.csls import heldout_score
-    from alignment.matching import _prepare, _procrustes
+    from alignment.matching import prepare, weighted_procrustes
     from alignment.pairfree import match
     from eval.matcher_bench import make_problem, oracle
 
@@ -125,7 +125,7 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
     t = time.perf_counter()
     res = match(X, Y, method="auto")
     match_s = time.perf_counter() - t
-    prep = _prepare(X, Y, None, True)
+    prep = prepare(X, Y, None, True)
     A, B = prep.A, prep.B
     out = {"n": n, "dim": dim, "noise": noise, "overlap": overlap, "seed": seed,
            "oracle": oracle(X, Y, true, Q)["assignment"],
@@ -134,8 +134,8 @@ def run(n: int = 2000, dim: int = 128, noise: float = 2.0, overlap: float = 1.0,
            "auto": {"accuracy": round(float((res.perm[ok] == true[ok]).mean()), 4),
                     "chosen": res.info.get("auto", {}).get("chosen", res.info.get("method")),
                     "seconds": round(match_s, 1)}}
-    starts = {"truth": _procrustes(A[ok], B[true[ok]]),
-              "found": _procrustes(A[res.perm >= 0], B[res.perm[res.perm >= 0]])}
+    starts = {"truth": weighted_procrustes(A[ok], B[true[ok]]),
+              "found": weighted_procrustes(A[res.perm >= 0], B[res.perm[res.perm >= 0]])}
     for name, R0 in starts.items():
         R, perm, cost, it = fixed_point(A, B, R0)
         out[name] = {"accuracy": round(float((perm[ok] == true[ok]).mean()), 4), "cost": round(cost, 5),

@@ -55,7 +55,7 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
     from captioner.world.setting import setting
     from eval.world.chain import (
         TEXT_ENCODERS,
-        _centred,
+        centred,
         cider,
         decode,
         decoder_for,
@@ -81,7 +81,7 @@ def seed_rows(seed: int, decoders: Path, preset: str = "lab", split: str = "val"
         for how in INPUTS:
             t = time.perf_counter()
             if how == "retrieved":   # the report's retrieval (``chain.score_rotation``): centred cosines
-                top = np.argmax(_centred(Q, ctx["mu"]) @ ctx["bank_c"].T, 1)
+                top = np.argmax(centred(Q, ctx["mu"]) @ ctx["bank_c"].T, 1)
                 caps = [ctx["bank"][j] for j in top]
             else:                    # "rotation" or "projection@T"
                 kind, _, temp = how.partition("@")

@@ -8,7 +8,7 @@ from dataclasses import asdict
 
 import numpy as np
 
-from captioner.jepa.embed import _embed_uint8, embed_images, embed_texts
+from captioner.jepa.embed import embed_images, embed_texts, embed_uint8
 from captioner.tables import markdown_table
 from captioner.world.recipe import (  # noqa: F401  (the lab's names, as before the recipe moved)
     RESTART_SEED_STEP,
@@ -44,7 +44,7 @@ def _score(cfg: LabConfig, t: dict, ims, caps, Z) -> dict:
     def fit_view(model, side):
         """view_subspace of a JEPA on two training views of the first n_fit scenes (renders / captions 0, 1)."""
         if side == "image":
-            a, b = (_embed_uint8(model, t["img_data"].images[:n_fit, r]) for r in (0, 1))
+            a, b = (embed_uint8(model, t["img_data"].images[:n_fit, r]) for r in (0, 1))
         else:
             a, b = (embed_texts(model, "text-jepa", [c[r] for c in t["corpus"].scenes[:n_fit]], max_len)
                     for r in (0, 1))

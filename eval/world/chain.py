@@ -82,7 +82,7 @@ def held_out_residual(Q: np.ndarray, Y: np.ndarray) -> float:
     return 1.0 - max(0.0, c) ** 2
 
 
-def _centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
+def centred(A: np.ndarray, mu: np.ndarray) -> np.ndarray:
     return l2n(A - mu)
 
 
@@ -95,7 +95,7 @@ def prototype_inputs(m, X: np.ndarray, Xt: np.ndarray, mu: np.ndarray) -> tuple:
     """What :func:`score_rotation` needs for prototypes: the pool ``X`` (train renders, no label) rotated by
     ``m`` and centred on ``mu``, and the pool's and the test renders' ``Xt`` centred unit image features."""
     c = X.mean(0)
-    return _centred(np.asarray(m.transform(X), np.float32), mu), l2n(X - c), l2n(Xt - c)
+    return centred(np.asarray(m.transform(X), np.float32), mu), l2n(X - c), l2n(Xt - c)
 
 
 def _zeroshot_proto(Qn: np.ndarray, proto: tuple, ctx: dict) -> dict:
@@ -115,7 +115,7 @@ def score_rotation(Q: np.ndarray, ctx: dict, proto: tuple | None = None) -> dict
     ``Q`` (text space) and the text side ``ctx`` (bank, test captions, prompt heads, labels); with ``proto``
     (:func:`prototype_inputs`) also zero-shot with class prototypes (``zeroshot_proto``)."""
     mu = ctx["mu"]
-    Qn = _centred(Q, mu)
+    Qn = centred(Q, mu)
     res = {"residual": held_out_residual(Q, ctx["Y_test_pairs"])}
     sim = Qn @ ctx["scene_caps"].T                        # (N_test, n test scenes)
     res["r_at_1"] = float(np.mean(np.argmax(sim, 1) == ctx["scene_index"]))
@@ -144,7 +144,7 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
     Ysc = embed(name, [first[k] for k in scenes], device)
     pair_txt = [s.captions[int(s.id.rsplit("-r", 1)[1]) % len(s.captions)] for s in st.test.samples]
     heads = {attr: attribute_head(lambda t: embed(name, t, device), attr, mu) for attr in st.prompts}
-    return {"Y": Yb, "mu": mu, "bank": st.bank, "bank_c": _centred(Yb, mu), "scene_caps": _centred(Ysc, mu),
+    return {"Y": Yb, "mu": mu, "bank": st.bank, "bank_c": centred(Yb, mu), "scene_caps": centred(Ysc, mu),
             "scene_index": np.array([scenes.index(s.label) for s in st.test.samples]),
             "Y_test_pairs": embed(name, pair_txt, device), "heads": heads, "labels": attribute_labels(st.test)}
 
