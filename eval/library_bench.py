@@ -146,15 +146,19 @@ def sinkhorn_rows(n: int, dim: int = 64, tau: float = 0.02, iters: int = 20, see
         return P / P.sum()
 
     w = np.full(n, 1.0 / n)
-    M = -(a @ b.T)
-    M -= M.min()
+
+    def pot(method):  # as anneal_soft calls it: the cost from a and b inside the timing, as ours's kernel is
+        M = -(a @ b.T)
+        M -= M.min()
+        return ot.sinkhorn(w, w, M.T, tau, method=method, numItermax=iters, stopThr=0.0, warn=False).T
+
     P0, t0 = _timed(ours, 3)
-    rows = [{"kernel": "Sinkhorn", "n": n, "dim": dim, "impl": f"anneal_soft's loop ({iters} rounds)",
-             "seconds": t0, "quality": 0.0, "measure": "max |plan - ours|"}]
-    P1, t1 = _timed(lambda: ot.sinkhorn(w, w, M, tau, numItermax=iters, stopThr=0.0), 3)
-    rows.append({"kernel": "Sinkhorn", "n": n, "dim": dim, "impl": f"ot.sinkhorn ({iters} rounds)", "seconds": t1,
-                 "quality": float(np.abs(P1 - P0).max()), "measure": "max |plan - ours|"})
-    P2, t2 = _timed(lambda: ot.sinkhorn(w, w, M, tau, method="sinkhorn_log", numItermax=iters, stopThr=0.0), 3)
+    rows = [{"kernel": "Sinkhorn", "n": n, "dim": dim, "impl": f"numpy loop, anneal_soft's before POT ({iters} "
+             "rounds)", "seconds": t0, "quality": 0.0, "measure": "max |plan - ours|"}]
+    P1, t1 = _timed(lambda: pot("sinkhorn"), 3)
+    rows.append({"kernel": "Sinkhorn", "n": n, "dim": dim, "impl": f"ot.sinkhorn ({iters} rounds; anneal_soft's)",
+                 "seconds": t1, "quality": float(np.abs(P1 - P0).max()), "measure": "max |plan - ours|"})
+    P2, t2 = _timed(lambda: pot("sinkhorn_log"), 3)
     rows.append({"kernel": "Sinkhorn", "n": n, "dim": dim, "impl": f"ot.sinkhorn log-domain ({iters} rounds)",
                  "seconds": t2, "quality": float(np.abs(P2 - P0).max()), "measure": "max |plan - ours|"})
     return rows
