@@ -11,8 +11,12 @@ On CPU both run in faiss (``faiss.IndexFlatL2`` and ``faiss.IndexIVFFlat``, same
 iterations / training sample / seed), which was faster side by side on 2 busy cores (``python -m eval align
 libraries``, 32-d clustered keys, k = 10): exact 20,000 x 20,000 2.3 s against 6.8 s for the torch code below,
 same answers; 100,000: 60 s against 81 s; IVF 20,000: 0.29 s against 0.79 s (recall 0.9996 / 0.9999),
-100,000: 2.4 s against 5.0 s (recall 0.990 / 0.988). The torch code stays for ``device="cuda"`` (faiss-cpu
-has no GPU) and for an install without faiss; ``backend="torch"`` forces it. faiss runs its OpenMP loops
+100,000: 2.4 s against 5.0 s (recall 0.990 / 0.988). Rerun here: IVF 20,000 on one thread 0.24 s against
+0.73 s; exact 20,000 on one thread 1.8 s both, on two threads at a load of 8-9 faiss 4.1 s against 2.9 s
+(its OpenMP threads wait actively; callers on a busy machine pass ``threads`` from
+:func:`alignment._checks.work_threads`, one there), at a load of 5 1.4 s against 2.4 s. With torch imported
+first faiss shares torch's OpenMP runtime (one thread pool). The torch code stays for ``device="cuda"``
+(faiss-cpu has no GPU) and for an install without faiss; ``backend="torch"`` forces it. faiss runs its OpenMP loops
 and BLAS on torch's current thread count (:class:`alignment._checks.faiss_threads`), so
 :class:`alignment._checks.torch_threads` around a search bounds both.
 
