@@ -134,6 +134,27 @@ class torch_threads:
         torch.set_num_threads(self.old)
 
 
+class faiss_threads:
+    """Context setting faiss's OpenMP threads (its loops and its bundled OpenMP OpenBLAS, a runtime apart from
+    torch's) and restoring them after; the k-NN searches of :mod:`alignment.nnsearch` run under it with
+    torch's current count, so that :class:`torch_threads` around a search also bounds faiss."""
+
+    def __init__(self, n: int = 1):
+        self.n = n
+
+    def __enter__(self):
+        import faiss
+
+        self.old = faiss.omp_get_max_threads()
+        faiss.omp_set_num_threads(max(1, self.n))
+        return self
+
+    def __exit__(self, *exc):
+        import faiss
+
+        faiss.omp_set_num_threads(self.old)
+
+
 def work_threads() -> int:
     """Threads for large products now: every core when no other process is runnable, else one less per
     runnable process (at least one). On a shared machine OpenBLAS / OpenMP threads that must wait for a

@@ -57,6 +57,8 @@ def kmeans(Z, k: int, seed: int = 0, iters: int = 25, backend: str = "numpy"):
     numpy: faiss's random start split one of five well separated blobs and merged two others where k-means++
     separated them (tests/test_alignment_real.py), and at the starts' size (30 centres, <= 10,000 rows) both take
     well under a second. Returns (labels (n,) int64, centres (k, m) float32)."""
+    # numpy by default, measured side by side (eval/library_bench.py, 10,000 x 384, 30 blobs, 2 busy cores):
+    # 0.58 s, inertia 771, 27.8 of 30 blobs found, against faiss.Kmeans's 1.68 s, inertia 1346, 24.8 of 30
     Z = np.ascontiguousarray(Z, dtype=np.float32)
     if backend == "faiss":
         import faiss
@@ -276,6 +278,8 @@ def anneal_soft(A, B, R, taus=None, sub: int = 2000, iters: int = 20, updates: i
     stopped at FOSCTTM 0.077 from the cluster start; the annealed ones from the profile start reached 0.0035
     with 16 temperatures from 0.5 to 0.005 (6 s), 1.9e-4 with 40 from 0.5 to 0.002 (15 s, the default), after
     the hard rounds. Returns R (d, d)."""
+    import ot
+
     rng = np.random.default_rng(seed)
     taus = np.geomspace(0.5, 0.002, 40) if taus is None else np.asarray(taus, float)
     R = np.asarray(R, np.float64)
@@ -283,13 +287,18 @@ def anneal_soft(A, B, R, taus=None, sub: int = 2000, iters: int = 20, updates: i
         xs = rng.permutation(len(A))[:sub]
         ys = rng.permutation(len(B))[:sub]
         a, b = A[xs].astype(np.float64), B[ys].astype(np.float64)
+        wa, wb = np.full(len(a), 1.0 / len(a)), np.full(len(b), 1.0 / len(b))
         for _ in range(updates):
-            S = (a @ R) @ b.T / tau
-            S -= S.max()
-            K = np.exp(S)
-            u, v = np.ones(len(a)), np.ones(len(b))
-            for _ in range(iters):
-                u = 1.0 / np.maximum(K @ v, 1e-300)
-                v = 1.0 / np.maximum(K.T @ u, 1e-300)
-            R = polar(a.T @ ((u[:, None] * K) * v[None, :]) @ b).astype(np.float64)
+            # POT's Sinkhorn, ``iters`` rounds, kernel exp(-M / tau) = exp(<a R, b> / tau) / its largest entry.
+            # Posed transposed: POT scales its columns first, so this scales a's rows first and b's last, the
+            # order of the numpy loop it replaced (whose rotations it reproduces exactly; the other order moved
+            # them by 0.05 after 12 temperatures, tests/test_alignment_libraries.py). Side by side on 2 busy cores
+            # (eval/library_bench.py, 2,000 rows, 20 rounds, the cost's product timed in both): 0.22-0.26 s
+            # against 0.20 s for that loop, the same plan; the whole of anneal_soft (16 temperatures, 3,000 rows
+            # a side, d = 64, median of 3): 9.9 s against 8.9 s. POT costs ~10-25 % more here (its marginal check
+            # every 10 rounds and a scaled copy of the kernel)
+            M = -((a @ R) @ b.T)
+            M -= M.min()
+            P = ot.sinkhorn(wb, wa, M.T, tau, numItermax=iters, stopThr=0.0, warn=False).T
+            R = polar(a.T @ P @ b).astype(np.float64)
     return R.astype(np.float32)
