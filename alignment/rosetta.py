@@ -41,13 +41,13 @@ import numpy as np
 
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
-from alignment.matching import MatchResult, _prepare, _rotation_from, check_seeds
-from alignment.procrustes import _svd
+from alignment.matching import MatchResult, check_seeds, prepare, rotation_from
+from alignment.procrustes import svd
 
 
 def polar(M) -> np.ndarray:
     """The orthogonal polar factor U V^T of M (d, d) = U S V^T: the Procrustes rotation of a cross-covariance."""
-    U, _, Vt = _svd(np.asarray(M, np.float64))
+    U, _, Vt = svd(np.asarray(M, np.float64))
     return (U @ Vt).astype(np.float32)
 
 
@@ -70,9 +70,9 @@ def kmeans(Z, k: int, seed: int = 0, iters: int = 25, backend: str = "numpy"):
         return lab[:, 0].astype(np.int64), km.centroids.astype(np.float32)
     if backend != "numpy":
         raise AlignmentError(f"k-means backend must be 'numpy' or 'faiss', not {backend!r}")
-    from alignment.csls import _kmeans
+    from alignment.csls import kmeans as csls_kmeans
 
-    return _kmeans(Z, k, np.random.default_rng(seed), iters)
+    return csls_kmeans(Z, k, np.random.default_rng(seed), iters)
 
 
 def cka_match(Ca, Cb, restarts: int = 10, seed: int = 0):
@@ -129,7 +129,7 @@ def _blocks(n1, n2, batch, rng):
     return list(zip(np.array_split(px, nb), np.array_split(py, nb)))
 
 
-def _seeded_M(A, B, xi, yj, seeded):
+def seeded_cross_cov(A, B, xi, yj, seeded):
     """Cross-covariance of the pairs (xi, yj) plus the known pairs at total weight len(xi)."""
     M = A[xi].T.astype(np.float64) @ B[yj].astype(np.float64)
     si, sj = seeded
@@ -156,7 +156,7 @@ def refine(A, B, R, rounds: int = 100, batch: int = 4096, seeded=(np.zeros(0, np
             xs.append(bx[r])
             ys.append(by[c])
         xi, yj = np.concatenate(xs), np.concatenate(ys)
-        R = polar(_seeded_M(A, B, xi, yj, seeded))
+        R = polar(seeded_cross_cov(A, B, xi, yj, seeded))
     full = n1 <= batch and n2 <= batch
     prev, still, flat, best_sim = None, 0, 0, -np.inf
     for t in range(rounds):
@@ -170,7 +170,7 @@ def refine(A, B, R, rounds: int = 100, batch: int = 4096, seeded=(np.zeros(0, np
         sim = float((AR[r] * B[yj]).sum(1).mean())
         changed = float(np.mean(prev != yj)) if prev is not None and full else float("nan")
         hist.append((t, round(sim, 5), round(changed, 4)))
-        Rn = polar(_seeded_M(A, B, xi, yj, seeded))
+        Rn = polar(seeded_cross_cov(A, B, xi, yj, seeded))
         step = float(np.linalg.norm(Rn - R) / np.sqrt(len(R)))
         R = Rn
         if full and prev is not None and changed == 0.0:
@@ -232,10 +232,10 @@ def match_rosetta(X, Y, dim: int | None = None, clusters: int = 30, restarts: in
     MatchResult whose ``score`` is :func:`assignment_score` of the answer and ``info`` holds each restart's
     CKA and agreement, the refinement history and timings.
     """
-    from alignment.neighbours import _assign, _mutual_and_coupling
+    from alignment.neighbours import assign, mutual_and_coupling
 
     t0 = time.perf_counter()
-    prep = _prepare(X, Y, dim, normalize, rows_l2=rows_l2)
+    prep = prepare(X, Y, dim, normalize, rows_l2=rows_l2)
     A, B = prep.A, prep.B
     n1, d = A.shape
     n2 = B.shape[0]
@@ -247,15 +247,15 @@ def match_rosetta(X, Y, dim: int | None = None, clusters: int = 30, restarts: in
     t = time.perf_counter()
     M, recs = cluster_start(A, B, clusters, restarts, sample, qap_restarts, seed)
     if len(si):
-        M = M / max(np.linalg.norm(M), 1e-30) + _seeded_M(A, B, si, sj, (si[:0], sj[:0])) / max(1, len(si))
+        M = M / max(np.linalg.norm(M), 1e-30) + seeded_cross_cov(A, B, si, sj, (si[:0], sj[:0])) / max(1, len(si))
     R0 = polar(M)
     timings["starts_s"] = time.perf_counter() - t
     t = time.perf_counter()
     R, hist = refine(A, B, R0, rounds, batch, (si, sj), seed)
     timings["refine_s"] = time.perf_counter() - t
     t = time.perf_counter()
-    perm, _, cand = _assign(A @ R, B, dense_max, 4, min(32, d), progress, force=(si, sj))
-    mutual_rate, coupling = _mutual_and_coupling(cand, n1, n2)
+    perm, _, cand = assign(A @ R, B, dense_max, 4, min(32, d), progress, force=(si, sj))
+    mutual_rate, coupling = mutual_and_coupling(cand, n1, n2)
     timings["assign_s"] = time.perf_counter() - t
     t = time.perf_counter()
     score = assignment_score(A, B, R, seed=seed)
@@ -264,7 +264,7 @@ def match_rosetta(X, Y, dim: int | None = None, clusters: int = 30, restarts: in
             "rounds_run": len(hist), "history": hist[-5:], "assignment_score": round(score, 5),
             "mutual_rate": float(mutual_rate), "seeds": int(len(si)),
             "timings": {k: round(v, 3) for k, v in timings.items()}, "seconds": round(time.perf_counter() - t0, 3)}
-    rot = _rotation_from(prep, R, "rosetta", 1.0, {**meta, "fit": {"rosetta": {
+    rot = rotation_from(prep, R, "rosetta", 1.0, {**meta, "fit": {"rosetta": {
         k: v for k, v in info.items() if k not in ("restarts", "history")}}})
     return MatchResult(rot, perm, coupling, score, info)
 
@@ -278,8 +278,6 @@ def anneal_soft(A, B, R, taus=None, sub: int = 2000, iters: int = 20, updates: i
     stopped at FOSCTTM 0.077 from the cluster start; the annealed ones from the profile start reached 0.0035
     with 16 temperatures from 0.5 to 0.005 (6 s), 1.9e-4 with 40 from 0.5 to 0.002 (15 s, the default), after
     the hard rounds. Returns R (d, d)."""
-    import ot
-
     rng = np.random.default_rng(seed)
     taus = np.geomspace(0.5, 0.002, 40) if taus is None else np.asarray(taus, float)
     R = np.asarray(R, np.float64)
@@ -287,18 +285,18 @@ def anneal_soft(A, B, R, taus=None, sub: int = 2000, iters: int = 20, updates: i
         xs = rng.permutation(len(A))[:sub]
         ys = rng.permutation(len(B))[:sub]
         a, b = A[xs].astype(np.float64), B[ys].astype(np.float64)
-        wa, wb = np.full(len(a), 1.0 / len(a)), np.full(len(b), 1.0 / len(b))
         for _ in range(updates):
-            # POT's Sinkhorn, ``iters`` rounds, kernel exp(-M / tau) = exp(<a R, b> / tau) / its largest entry.
-            # Posed transposed: POT scales its columns first, so this scales a's rows first and b's last, the
-            # order of the numpy loop it replaced (whose rotations it reproduces exactly; the other order moved
-            # them by 0.05 after 12 temperatures, tests/test_alignment_libraries.py). Side by side on 2 busy cores
-            # (eval/library_bench.py, 2,000 rows, 20 rounds, the cost's product timed in both): 0.22-0.26 s
-            # against 0.20 s for that loop, the same plan; the whole of anneal_soft (16 temperatures, 3,000 rows
-            # a side, d = 64, median of 3): 9.9 s against 8.9 s. POT costs ~10-25 % more here (its marginal check
-            # every 10 rounds and a scaled copy of the kernel)
-            M = -((a @ R) @ b.T)
-            M -= M.min()
-            P = ot.sinkhorn(wb, wa, M.T, tau, numItermax=iters, stopThr=0.0, warn=False).T
-            R = polar(a.T @ P @ b).astype(np.float64)
+            # Sinkhorn by hand: POT's ot.sinkhorn gives the same rotations (posed transposed, as its columns are
+            # scaled first; tests/test_alignment_libraries.py) but costs ~10-25 % more here: 0.22-0.26 s against
+            # 0.20 s a plan (2,000 rows, 20 rounds, the cost's product timed in both, eval/library_bench.py on 2
+            # busy cores); the whole of anneal_soft (16 temperatures, 3,000 rows a side, d = 64, median of 3):
+            # 9.9 s against 8.9 s (its marginal check every 10 rounds and a scaled copy of the kernel)
+            S = (a @ R) @ b.T / tau
+            S -= S.max()
+            K = np.exp(S)
+            u, v = np.ones(len(a)), np.ones(len(b))
+            for _ in range(iters):
+                u = 1.0 / np.maximum(K @ v, 1e-300)
+                v = 1.0 / np.maximum(K.T @ u, 1e-300)
+            R = polar(a.T @ ((u[:, None] * K) * v[None, :]) @ b).astype(np.float64)
     return R.astype(np.float32)

@@ -40,7 +40,7 @@ import numpy as np
 from alignment._checks import blas_threads
 from alignment.errors import AlignmentError
 from alignment.matching import MatchResult, check_seeds, prepare, rotation_from
-from alignment.rosetta import _seeded_M, anneal_soft, assignment_score, cluster_start, polar, refine
+from alignment.rosetta import anneal_soft, assignment_score, cluster_start, polar, refine, seeded_cross_cov
 
 STARTS = ("profile", "identity", "cluster")
 # default shared dimension: EfficientNet features (1280-d) at full dimension took over 5 minutes a problem
@@ -148,7 +148,7 @@ def match_multistart(X, Y, starts=STARTS, init=None, dim: int | None = None, rou
             raise AlignmentError(f"init assignment {r} has shape {p.shape}; expected ({n1},) (one Y row per X row)")
         ok = np.flatnonzero(p >= 0)
         if len(ok) >= 2:
-            cands.append((f"init{r}", polar(_seeded_M(A, B, ok, p[ok], (si, sj))), 0.0))
+            cands.append((f"init{r}", polar(seeded_cross_cov(A, B, ok, p[ok], (si, sj))), 0.0))
     if len(si):
         cands.append(("seeds", polar(A[si].T.astype(np.float64) @ B[sj].astype(np.float64)), 0.0))
     if not cands:
