@@ -157,7 +157,11 @@ def lattice_rotation(fx: LatticeFit, fy: LatticeFit, corr) -> tuple:
     return rot, misfit
 
 
-GEOMETRY_TIE = 0.02    # correspondences whose map misfits within this (share of Y's value energy) of the best
+# a candidate ties with the best when its map's misfit (share of Y's value energy) is at most
+# GEOMETRY_TIE_FACTOR x the best + GEOMETRY_TIE: the best misfit is the noise level of the two fits, and orders
+# that differ by an isometry (the ideal lattice) differ by about that much
+GEOMETRY_TIE_FACTOR = 2.0
+GEOMETRY_TIE = 0.002
 GEOMETRY_TOP = 3       # value orders per attribute pair kept from the per-attribute geometric ranking
 
 
@@ -180,15 +184,15 @@ def _order_residuals(A: np.ndarray, B: np.ndarray, scale: float) -> tuple[np.nda
 
 
 def correspond_geometric(fx: LatticeFit, fy: LatticeFit, cards, cards_y=None, tie: float = GEOMETRY_TIE,
-                         top: int = GEOMETRY_TOP) -> tuple[list, dict]:
+                         tie_factor: float = GEOMETRY_TIE_FACTOR, top: int = GEOMETRY_TOP) -> tuple[list, dict]:
     """The correspondence (:func:`correspond`'s form) whose single orthogonal map fits the two lattices' value
     vectors best, value frequencies breaking ties.
 
     Candidates: every pairing of equal-cardinality attributes and, per attribute pair, the ``top`` value
     orders of least per-attribute Procrustes residual (with the global scale of the two lattices' energies)
     plus the frequency order (theta ranks, the old rule). Each candidate's value misfit is that of the one
-    orthogonal map (:func:`lattice_rotation`) it implies; the candidates within ``tie`` of the least misfit
-    are geometric ties, and among them the one whose value frequencies agree best (sum of squared theta
+    orthogonal map (:func:`lattice_rotation`) it implies; the candidates with a misfit of at most
+    ``tie_factor`` x the least misfit + ``tie`` are geometric ties, and among them the one whose value frequencies agree best (sum of squared theta
     differences) wins. Where the geometry is symmetric (the ideal lattice: every value order of a regular
     simplex is an isometry) every candidate ties and the answer is the frequency order; where it is not,
     frequencies that disagree between the two sides (a caption prior of its own) cannot outvote it.
@@ -226,7 +230,7 @@ def correspond_geometric(fx: LatticeFit, fy: LatticeFit, cards, cards_y=None, ti
             fcost = sum(float(((fx.theta[a] - fy.theta[p[a]][choice[a]]) ** 2).sum()) for a in range(len(cards)))
             scored.append((misfit, fcost, corr))
     best = min(m for m, _, _ in scored)
-    ties = [t for t in scored if t[0] <= best + tie]
+    ties = [t for t in scored if t[0] <= tie_factor * best + tie]
     misfit, fcost, corr = min(ties, key=lambda t: (t[1], t[0]))
     return corr, {"misfit": round(misfit, 4), "frequency_cost": round(fcost, 4), "candidates": len(scored),
                   "ties": len(ties)}

@@ -149,8 +149,8 @@ def prototype_accuracy(res, prob: dict) -> float:
 
 
 # (prior perturbation, omission, dimension): the divergence at 32 dimensions, then the dimension at the largest
-GRID = [(0.0, 0.0, 32), (0.1, 0.1, 32), (0.2, 0.2, 32), (0.3, 0.0, 32), (0.3, 0.2, 32), (0.3, 0.2, 12),
-        (0.3, 0.2, 64)]
+GRID = [(0.3, 0.2, 32), (0.0, 0.0, 32), (0.3, 0.2, 64), (0.3, 0.2, 12), (0.1, 0.1, 32), (0.2, 0.2, 32),
+        (0.3, 0.0, 32)]
 
 
 def run(seeds=(0, 1, 2), shapes=("ideal", "generic"), grid=GRID, noise: float = 0.05) -> dict:
