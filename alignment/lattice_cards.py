@@ -14,8 +14,13 @@ any skew), the lattice spanning ``d = sum_a (k_a - 1)`` dimensions of a possibly
 3. **Values, and the criterion**: a group of ``m`` components is an attribute of ``m + 1`` values (k values
    span k - 1 dimensions). Every cut of the tree is a candidate cards tuple; each group's rows are labelled
    by k-means into its ``m + 1`` values, and the additive model is fitted to the rows by least squares. The
-   kept candidate has the least BIC, ``N d log(RSS / N d) + p log N`` with ``p = d (1 + sum(k - 1))``; at a
-   fixed ``d`` every candidate has the same ``p``, so this is the least squared error of the additive fit.
+   kept candidate has the least BIC, ``N d log(RSS / N d) + p log N`` with ``p = d (1 + sum(k - 1))`` (N the
+   distinct points); at a fixed ``d`` every candidate has the same ``p``, so this is the least squared error
+   of the additive fit, with one rule against splitting: the fewest attributes among the candidates whose
+   error is within 1 / ``SPLIT_GAIN`` of the least (a 3-valued attribute fits as two 2-valued ones that never
+   show their fourth combination). The search: an exact cover of the axes by groups of least summed k-means
+   error (dynamic programming over subsets), then one-move local search (an axis moved, two groups merged)
+   on the joint, polished additive error.
 
 Rows that sit at an attribute's mean rather than at one of its values (a caption that omits the attribute)
 are flagged in ``info["complete"]``: nearer the centre of the group's value centroids than their own value.
@@ -33,6 +38,7 @@ GAP = 8.0          # an eigenvalue ratio at least this large separates the latti
 MAX_ROWS = 6000    # rows used (a seeded subset above this): the estimate needs hundreds, not millions
 MAX_VERTICES = 400  # distinct points the partition search uses (a seeded subset above this)
 LOCAL_ROUNDS = 3    # rounds of one-move local search on the joint additive error
+SPLIT_GAIN = 0.8    # fewer attributes win while their error is within 1 / SPLIT_GAIN of the least
 
 
 def _fastica(W: np.ndarray, rng, iters: int = 300, tol: float = 1e-7) -> np.ndarray:
@@ -207,6 +213,12 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
                 groups, loss, better = [list(h) for h in cand], tried[key], True
         if not better:
             break
+    # more attributes must explain clearly more: a k-valued attribute split into two fits as well (three of a
+    # 2 x 2 grid's four corners fit any triangle) and predicts a lattice point never seen. Kept: the fewest
+    # attributes among the candidates within 1 / SPLIT_GAIN of the least error, the least error among those
+    least = min(tried.values())
+    key = min((k for k, v in tried.items() if v <= least / SPLIT_GAIN), key=lambda k: (len(k), tried[k]))
+    groups = [list(h) for h in key]
     n = len(C)
 
     def bic(err):
