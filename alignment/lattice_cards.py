@@ -140,6 +140,24 @@ def _label_groups(S, groups, rng):
     return np.stack(labels, 1), cents
 
 
+def _complete_rows(S: np.ndarray, cards, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) bool, (N, A) labels relabelled by the joint fit): rows nearer their lattice point than to that point with one attribute's value vector
+    replaced by the attribute's mean (zero in the sum-to-zero coding): False for a row that lacks an
+    attribute's component. The additive fit is in all axes, so leakage between groups does not matter."""
+    from alignment.lattice_fit import _all_values, _design, _nearest, _unpack
+
+    codes = _all_values(cards)
+    for _ in range(3):   # the groups' k-means labels, relabelled to the nearest point of the joint fit
+        coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
+        labels = codes[_nearest(S, _design(codes, cards) @ coef)]
+    coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
+    offset, values = _unpack(coef, cards)
+    fit = offset + sum(values[a][labels[:, a]] for a in range(len(cards)))
+    own = ((S - fit) ** 2).sum(1)
+    omit = np.min([((S - fit + values[a][labels[:, a]]) ** 2).sum(1) for a in range(len(cards))], axis=0)
+    return own <= omit, labels
+
+
 def lattice_dimension(Z: np.ndarray, max_dim: int | None = None, gap: float = GAP) -> tuple[int, np.ndarray]:
     """(d, eigenvalues): the number of leading principal axes above the largest log-eigenvalue gap of at
     least ``gap`` (the whole space, capped at ``max_dim``, when there is none). ``Z`` (N, D)."""
@@ -230,13 +248,8 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     order = sorted(range(len(groups)), key=lambda a: (-cards[a], groups[a]))
     groups = [groups[a] for a in order]
     cards = tuple(cards[a] for a in order)
-    labels, cents = _label_groups(S, groups, rng)
-    complete = np.ones(len(Z), bool)
-    for a, g in enumerate(groups):
-        Sg = S[:, g]
-        own = ((Sg - cents[a][labels[:, a]]) ** 2).sum(1)
-        centre = ((Sg - cents[a].mean(0)) ** 2).sum(1)
-        complete &= own <= centre
+    labels, _ = _label_groups(S, groups, rng)
+    complete, labels = _complete_rows(S, cards, labels)
     info = {"dim": int(d), "eigenvalues": np.round(ev[: 2 * d], 4).tolist(), "candidates": candidates,
             "groups": groups, "complete": complete, "labels": labels}
     return cards, info

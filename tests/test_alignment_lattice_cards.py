@@ -64,7 +64,7 @@ def _flipped_problem(shape, seed=0):
     colour and the first 3-valued attribute (a caption prior whose frequency order flips)."""
     rng = np.random.default_rng(seed)
     _, values = lattice_codes(CARDS, shape, rng)
-    theta_x = [np.log(0.8) * (np.arange(k) - (k - 1) / 2) for k in CARDS]
+    theta_x = [np.log(r) * (np.arange(k) - (k - 1) / 2) for r, k in zip((0.8, 0.6, 0.7, 0.5, 0.4), CARDS)]
     Q = np.linalg.qr(rng.standard_normal((20, 20)))[0][:12]
     attr = [0, 1, 3, 4, 2]                       # Y's attribute a is X's attribute attr[a]
     names = [rng.permutation(k) for k in CARDS]  # X's value v of attribute b is Y's value names[b][v]
