@@ -23,13 +23,19 @@ frequency in the collection. This matcher uses exactly that, and no pair:
    ``log E[count] = c + sum_a theta_a[value_a]``. Unlike raw value frequencies it does not depend on which
    scenes a side happens to contain (it is fitted on the vertices present), so two disjoint collections drawn
    from one skewed prior give the same theta up to noise.
-3. **Correspond**: attributes with the same number of values are matched by their sorted theta profiles, and
-   the values of each attribute by theta order (the most frequent with the most frequent, ...).
+3. **Correspond** (:func:`correspond_geometric`, the default): candidate correspondences (every pairing of
+   equal-cardinality attributes; per attribute the few value orders whose values fit best by a Procrustes of
+   their own, plus the frequency order) are ranked by the misfit of the one orthogonal map each implies;
+   among the geometric ties the value frequencies decide (theta, step 2). ``correspondence="frequency"``
+   keeps the rule before issue 40 (:func:`correspond`: attributes by sorted theta profiles, values by theta
+   order), which breaks when the caption side's prior swaps two values' order. On the ideal lattice (regular
+   simplices) every order ties: there only frequencies can tell values apart.
 4. **Rotation**: orthogonal Procrustes (with a global scale) between the matched value vectors of the two
    sides, the offsets as the two means: ``x -> (x - offset_x) R s + offset_y``.
 
-Assumptions, checked or stated: the attribute cardinalities (``cards``) are known (a property of the world,
-not a pairing); each side shows every value of every attribute; values of one attribute occur at distinct
+Assumptions, checked or stated: the attribute cardinalities (``cards``) are given or, with ``cards=None``,
+estimated from each cloud (:func:`estimate_cards`, ``alignment.lattice_cards``: the lattice's subspace, its
+attributes and their values, with rows that omit an attribute set aside); each side shows every value of every attribute; values of one attribute occur at distinct
 frequencies (under a uniform prior the lattice's symmetries make the answer unidentifiable, and this matcher
 then returns one of the equivalent rotations); the rows of one item lie close together (the vertex step
 merges rows within 0.25 x the cloud's RMS radius: the trained world JEPAs' within-scene spread is 0.001 of
