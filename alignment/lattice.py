@@ -23,26 +23,27 @@ frequency in the collection. This matcher uses exactly that, and no pair:
    ``log E[count] = c + sum_a theta_a[value_a]``. Unlike raw value frequencies it does not depend on which
    scenes a side happens to contain (it is fitted on the vertices present), so two disjoint collections drawn
    from one skewed prior give the same theta up to noise.
-3. **Correspond** (:func:`correspond_geometric`, the default): candidate correspondences (every pairing of
-   equal-cardinality attributes; per attribute the few value orders whose values fit best by a Procrustes of
-   their own, plus the frequency order) are ranked by the misfit of the one orthogonal map each implies;
-   among the geometric ties the value frequencies decide (theta, step 2). ``correspondence="frequency"``
-   keeps the rule before issue 40 (:func:`correspond`: attributes by sorted theta profiles, values by theta
-   order), which breaks when the caption side's prior swaps two values' order. On the ideal lattice (regular
-   simplices) every order ties: there only frequencies can tell values apart.
+3. **Correspond** (:func:`correspond_geometric`, the default when the cards are estimated): candidate
+   correspondences (every pairing of equal-cardinality attributes; per attribute the few value orders whose
+   values fit best by a Procrustes of their own, plus the frequency order) are ranked by the misfit of the
+   one orthogonal map each implies; among the geometric ties the value frequencies decide (theta, step 2).
+   ``correspondence="frequency"`` (the default when ``cards`` is given) keeps the rule before issue 40
+   (:func:`correspond`: attributes by sorted theta profiles, values by theta order), which breaks when the
+   caption side's prior swaps two values' order. On the ideal lattice (regular simplices) every order ties:
+   there only frequencies can tell values apart.
 4. **Rotation**: orthogonal Procrustes (with a global scale) between the matched value vectors of the two
    sides, the offsets as the two means: ``x -> (x - offset_x) R s + offset_y``.
 
 Assumptions, checked or stated: the attribute cardinalities (``cards``) are given or, with ``cards=None``,
 estimated from each cloud (:func:`estimate_cards`, ``alignment.lattice_cards``: the lattice's subspace, its
-attributes and their values, with rows that omit an attribute set aside); each side shows every value of every attribute; values of one attribute occur at distinct
-frequencies (under a uniform prior the lattice's symmetries make the answer unidentifiable, and this matcher
-then returns one of the equivalent rotations); the rows of one item lie close together (the vertex step
-merges rows within 0.25 x the cloud's RMS radius: the trained world JEPAs' within-scene spread is 0.001 of
-their variance, while Gaussian noise of 0.1 per whitened coordinate already breaks it,
-``eval.experiments.world_ideal --lattice``). ``score`` is the smaller of the two sides' lattice fit (R^2 of
-the vertices under the additive model): near 1 when both clouds are lattices, low when they are not (then the
-rotation means nothing, as for a next-token LM's embedding).
+attributes and their values, with rows that omit an attribute set aside); each side shows every value of every
+attribute; values of one attribute occur at distinct frequencies (under a uniform prior the lattice's symmetries
+make the answer unidentifiable, and this matcher then returns one of the equivalent rotations); the rows of one
+item lie close together (the vertex step merges rows within 0.25 x the cloud's RMS radius: the trained world
+JEPAs' within-scene spread is 0.001 of their variance, while Gaussian noise of 0.1 per whitened coordinate
+already breaks it, ``eval.experiments.world_ideal --lattice``). ``score`` is the smaller of the two sides'
+lattice fit (R^2 of the vertices under the additive model): near 1 when both clouds are lattices, low when
+they are not (then the rotation means nothing, as for a next-token LM's embedding).
 
 Example
 -------
@@ -198,9 +199,9 @@ def correspond_geometric(fx: LatticeFit, fy: LatticeFit, cards, cards_y=None, ti
     orders of least per-attribute Procrustes residual (with the global scale of the two lattices' energies)
     plus the frequency order (theta ranks, the old rule). Each candidate's value misfit is that of the one
     orthogonal map (:func:`lattice_rotation`) it implies; the candidates with a misfit of at most
-    ``tie_factor`` x the least misfit + ``tie`` are geometric ties, and among them the one whose value frequencies agree best (sum of squared theta
-    differences) wins. Where the geometry is symmetric (the ideal lattice: every value order of a regular
-    simplex is an isometry) every candidate ties and the answer is the frequency order; where it is not,
+    ``tie_factor`` x the least misfit + ``tie`` are geometric ties, and among them the one whose value
+    frequencies agree best (sum of squared theta differences) wins. Where the geometry is symmetric (the
+    ideal lattice: every value order of a regular simplex is an isometry) every candidate ties and the answer is the frequency order; where it is not,
     frequencies that disagree between the two sides (a caption prior of its own) cannot outvote it.
 
     ``cards`` are X's, ``cards_y`` Y's (default the same); both must be the same multiset.
@@ -257,8 +258,9 @@ def _estimate_both(X, Y, seed, max_attrs, max_values) -> tuple[tuple, np.ndarray
     return cards, ix["complete"], iy["complete"], info
 
 
-def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS, correspondence: str = "geometry",
-                  drop_incomplete: bool | None = None, max_attrs: int = 6, max_values: int = 8, **_ignored):
+def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS,
+                  correspondence: str | None = None, drop_incomplete: bool | None = None, max_attrs: int = 6,
+                  max_values: int = 8, **_ignored):
     """The rotation from X's space into Y's through the shared attribute lattice (module docstring).
 
     Parameters
@@ -268,7 +270,8 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
         (:func:`estimate_cards`; the tuple both sides agree on, else the one of the side with fewer omissions)
     correspondence : "geometry" (:func:`correspond_geometric`: the candidates' single-map misfit decides,
         value frequencies break ties) or "frequency" (:func:`correspond`: value frequency order only, the
-        matcher before issue 40)
+        matcher before issue 40); default "geometry" when ``cards`` is None, "frequency" when it is given
+        (callers that pass cards get the answers they got before, bit for bit)
     drop_incomplete : fit each lattice on the rows that sit at one value of every attribute (rows at an
         attribute's mean: an omitted attribute, set aside); default True when ``cards`` is estimated (the
         flags come from the estimate), False otherwise
@@ -282,6 +285,8 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
     each row's fitted values, -1 for rows set aside, timings)."""
     from alignment.matching import MatchResult
 
+    if correspondence is None:
+        correspondence = "geometry" if cards is None else "frequency"
     if correspondence not in ("geometry", "frequency"):
         raise AlignmentError(f"lattice: correspondence must be 'geometry' or 'frequency', got {correspondence!r}")
     t0 = time.perf_counter()

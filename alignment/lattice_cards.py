@@ -141,8 +141,8 @@ def _label_groups(S, groups, rng):
 
 
 def _complete_rows(S: np.ndarray, cards, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """((N,) bool, (N, A) labels relabelled by the joint fit): rows nearer their lattice point than to that point with one attribute's value vector
-    replaced by the attribute's mean (zero in the sum-to-zero coding): False for a row that lacks an
+    """((N,) bool, (N, A) labels relabelled by the joint fit): rows nearer their lattice point than to that
+    point with one attribute's value vector replaced by the attribute's mean (zero in the sum-to-zero coding): False for a row that lacks an
     attribute's component. The additive fit is in all axes, so leakage between groups does not matter."""
     from alignment.lattice_fit import _all_values, _design, _nearest, _unpack
 
