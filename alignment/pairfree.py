@@ -136,7 +136,7 @@ MATCHERS: dict[str, tuple] = {
     "csls": (_lazy("alignment.csls", "match_csls"),
              "cluster-QAP starts in the top principal axes + CSLS self-learning (noisy or partly overlapping)"),
     "lattice": (_lazy("alignment.lattice", "match_lattice"),
-                "different items sharing one attribute lattice (needs cards)"),
+                "different items sharing one attribute lattice (cards given, or estimated from each cloud)"),
     "wp": (_lazy("alignment.pairfree_baselines", "match_wp"), "coarse-to-fine Wasserstein-Procrustes"),
     "gw": (_lazy("alignment.pairfree_baselines", "match_gw"), "POT's entropic Gromov-Wasserstein (baseline)"),
 }

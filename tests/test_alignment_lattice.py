@@ -149,8 +149,9 @@ def test_pairfree_match_and_the_rotation_kind_route_to_it():
     from captioner.rotations import ArraySource, get_kind, key_params
 
     scenes, E, Q, ix, iy, X, Y = _clouds(seed=4)
-    with pytest.raises(AlignmentError, match="cards"):
-        match(X, Y, method="lattice")
+    # without cards the matcher estimates them (tests/test_alignment_lattice_cards.py); a bad rule is one line
+    with pytest.raises(AlignmentError, match="correspondence"):
+        match(X, Y, method="lattice", cards=CARDS, correspondence="votes")
     kind = get_kind("pairfree")
     fitted = kind.fit(ArraySource(meta={}, X=X, Y=Y), **kind.options(matcher="lattice", cards="6,2,3,3,3",
                                                                         max=None))

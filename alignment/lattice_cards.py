@@ -1,0 +1,255 @@
+"""How many attributes, and how many values each, an unpaired cloud's additive lattice has
+(:func:`estimate_cards`), read from the cloud alone: nothing from the world's definition.
+
+The model: ``z = offset + sum_a E_a[value_a] + noise``, the attributes drawn independently (a product prior,
+any skew), the lattice spanning ``d = sum_a (k_a - 1)`` dimensions of a possibly larger space. Three steps:
+
+1. **Subspace**: the lattice dimension ``d`` is the largest gap in the log eigenvalues of the covariance (the
+   lattice's eigenvalues against the noise floor); when no gap reaches ``GAP`` the whole space is the lattice.
+2. **Attributes** (independent subspace analysis): whitened in that subspace, independent attributes are
+   independent subspaces, so FastICA's components each fall inside one attribute's subspace, and components
+   of one attribute are strongly dependent while those of different attributes are independent. The pairwise
+   dependence is the mutual information of the components' quantile bins (bias-corrected); the attributes
+   are the groups of an average-linkage tree on it.
+3. **Values, and the criterion**: a group of ``m`` components is an attribute of ``m + 1`` values (k values
+   span k - 1 dimensions). Every cut of the tree is a candidate cards tuple; each group's rows are labelled
+   by k-means into its ``m + 1`` values, and the additive model is fitted to the rows by least squares. The
+   kept candidate has the least BIC, ``N d log(RSS / N d) + p log N`` with ``p = d (1 + sum(k - 1))`` (N the
+   distinct points); at a fixed ``d`` every candidate has the same ``p``, so this is the least squared error
+   of the additive fit, with one rule against splitting: the fewest attributes among the candidates whose
+   error is within 1 / ``SPLIT_GAIN`` of the least (a 3-valued attribute fits as two 2-valued ones that never
+   show their fourth combination). The search: an exact cover of the axes by groups of least summed k-means
+   error (dynamic programming over subsets), then one-move local search (an axis moved, two groups merged)
+   on the joint, polished additive error.
+
+Rows that sit at an attribute's mean rather than at one of its values (a caption that omits the attribute)
+are flagged in ``info["complete"]``: nearer the centre of the group's value centroids than their own value.
+"""
+from __future__ import annotations
+
+import functools
+import itertools
+
+import numpy as np
+
+from alignment.errors import AlignmentError
+
+GAP = 8.0          # an eigenvalue ratio at least this large separates the lattice from the noise floor
+MAX_ROWS = 6000    # rows used (a seeded subset above this): the estimate needs hundreds, not millions
+MAX_VERTICES = 400  # distinct points the partition search uses (a seeded subset above this)
+LOCAL_ROUNDS = 3    # rounds of one-move local search on the joint additive error
+SPLIT_GAIN = 0.8    # fewer attributes win while their error is within 1 / SPLIT_GAIN of the least
+
+
+def _fastica(W: np.ndarray, rng, iters: int = 300, tol: float = 1e-7) -> np.ndarray:
+    """(d, d) orthogonal unmixing of whitened rows ``W`` (N, d): symmetric FastICA, log-cosh contrast."""
+    d = W.shape[1]
+    B = np.linalg.qr(rng.standard_normal((d, d)))[0]
+    for _ in range(iters):
+        S = W @ B.T
+        g = np.tanh(S)
+        B1 = g.T @ W / len(W) - (1 - g * g).mean(0)[:, None] * B
+        u, _, vt = np.linalg.svd(B1)
+        B1 = u @ vt
+        done = np.abs(np.abs((B1 * B).sum(1)) - 1).max() < tol
+        B = B1
+        if done:
+            break
+    return B
+
+
+def _partition_costs(C: np.ndarray, max_size: int, rng) -> dict:
+    """{bitmask of components: k-means squared error of the vertices ``C`` (V, d) in those components into
+    size + 1 clusters}: the squared error an attribute on exactly those axes leaves (groups up to max_size)."""
+    from alignment.lattice_fit import _kmeans
+
+    d = C.shape[1]
+    cost = {}
+    for m in range(1, min(max_size, d) + 1):
+        for g in itertools.combinations(range(d), m):
+            Cg = C[:, list(g)]
+            lab = _kmeans(Cg, m + 1, rng, inits=3, iters=30)
+            cent = np.stack([Cg[lab == j].mean(0) for j in range(m + 1)])
+            cost[sum(1 << j for j in g)] = float(((Cg - cent[lab]) ** 2).sum())
+    return cost
+
+
+def _best_cover(cost: dict, d: int, max_groups: int) -> list[list[int]]:
+    """The partition of the d components into at most ``max_groups`` groups of least summed cost (exact:
+    dynamic programming over subsets, each group containing the lowest component left)."""
+    @functools.lru_cache(maxsize=None)
+    def f(mask: int, left: int):
+        if mask == 0:
+            return 0.0, ()
+        if left == 0:
+            return np.inf, ()
+        low, best, sub = mask & -mask, (np.inf, ()), mask
+        while sub:
+            if sub & low and sub in cost:
+                v, rest = f(mask ^ sub, left - 1)
+                if cost[sub] + v < best[0]:
+                    best = (cost[sub] + v, (sub,) + rest)
+            sub = (sub - 1) & mask
+        return best
+
+    _, parts = f((1 << d) - 1, max_groups)
+    return [[j for j in range(d) if p >> j & 1] for p in parts]
+
+
+def _additive_error(C, groups, rng) -> tuple[float, np.ndarray]:
+    """(squared error, (V, A) labels) of the additive lattice with one attribute of len(g) + 1 values per
+    group: each group's vertices labelled by k-means in its axes, then polished jointly in all axes (least
+    squares and exact relabelling, ``alignment.lattice_fit``), which absorbs the leakage of imperfectly
+    separated axes."""
+    from alignment.lattice_fit import _all_values, _kmeans, _polish
+
+    cards = tuple(len(g) + 1 for g in groups)
+    vals = np.stack([_kmeans(C[:, g], k, rng, inits=5) for g, k in zip(groups, cards)], 1)
+    if any(len(np.unique(vals[:, a])) < k for a, k in enumerate(cards)):
+        return np.inf, vals
+    vals, loss = _polish(C, cards, vals, _all_values(cards))
+    return float(loss), vals
+
+
+def _neighbours(groups: list[list[int]]) -> list[list[list[int]]]:
+    """Partitions one move away: one component moved to another group or alone, or two groups merged."""
+    out = []
+    for a, g in enumerate(groups):
+        for j in g:
+            rest = [[x for x in h if x != j] for h in groups]
+            for b in range(len(groups)):
+                if b != a:
+                    out.append([h + [j] if i == b else h for i, h in enumerate(rest)])
+            if len(g) > 1:
+                out.append(rest + [[j]])
+    for a, b in itertools.combinations(range(len(groups)), 2):
+        out.append([h for i, h in enumerate(groups) if i not in (a, b)] + [groups[a] + groups[b]])
+    return [[sorted(h) for h in p if h] for p in out]
+
+
+def _label_groups(S, groups, rng):
+    """(N, A) k-means labels of each group's rows into len(group) + 1 values, and the A centroid arrays."""
+    from alignment.lattice_fit import _kmeans
+
+    labels, cents = [], []
+    for g in groups:
+        Sg = S[:, g]
+        lab = _kmeans(Sg, len(g) + 1, rng, inits=8)
+        labels.append(lab)
+        cents.append(np.stack([Sg[lab == j].mean(0) for j in range(len(g) + 1)]))
+    return np.stack(labels, 1), cents
+
+
+def _complete_rows(S: np.ndarray, cards, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """((N,) bool, (N, A) labels relabelled by the joint fit): rows nearer their lattice point than to that
+    point with one attribute's value vector replaced by the attribute's mean (zero in the sum-to-zero coding): False for a row that lacks an
+    attribute's component. The additive fit is in all axes, so leakage between groups does not matter."""
+    from alignment.lattice_fit import _all_values, _design, _nearest, _unpack
+
+    codes = _all_values(cards)
+    for _ in range(3):   # the groups' k-means labels, relabelled to the nearest point of the joint fit
+        coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
+        labels = codes[_nearest(S, _design(codes, cards) @ coef)]
+    coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
+    offset, values = _unpack(coef, cards)
+    fit = offset + sum(values[a][labels[:, a]] for a in range(len(cards)))
+    own = ((S - fit) ** 2).sum(1)
+    omit = np.min([((S - fit + values[a][labels[:, a]]) ** 2).sum(1) for a in range(len(cards))], axis=0)
+    return own <= omit, labels
+
+
+def lattice_dimension(Z: np.ndarray, max_dim: int | None = None, gap: float = GAP) -> tuple[int, np.ndarray]:
+    """(d, eigenvalues): the number of leading principal axes above the largest log-eigenvalue gap of at
+    least ``gap`` (the whole space, capped at ``max_dim``, when there is none). ``Z`` (N, D)."""
+    Zc = Z - Z.mean(0)
+    ev = np.linalg.svd(Zc, compute_uv=False) ** 2 / len(Z)
+    cap = min(len(ev), max_dim or len(ev))
+    ev = np.maximum(ev, ev[0] * 1e-12)
+    ratio = ev[: cap - 1] / ev[1:cap] if cap < len(ev) else ev[: cap - 1] / ev[1:cap]
+    if cap < len(ev):     # the gap right after the cap counts too (a lattice of exactly max_dim dimensions)
+        ratio = np.append(ratio, ev[cap - 1] / ev[cap])
+    if len(ratio) and ratio.max() >= gap:
+        return int(ratio.argmax()) + 1, ev
+    return cap, ev
+
+
+def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) -> tuple[tuple[int, ...], dict]:
+    """Estimate the attribute cardinalities of the additive lattice one unpaired cloud shows (module docstring).
+
+    Parameters
+    ----------
+    Z : (N, D) rows of one modality, any order; the lattice may occupy a subspace of R^D
+    max_attrs : the most attributes considered (candidates with more groups are skipped)
+    max_values : the most values one attribute may have (a group of more than max_values - 1 components is
+        not an attribute)
+    seed : seeds FastICA, k-means and the row subset
+
+    Returns
+    -------
+    cards : tuple of ints, largest first (the order of attributes is not identifiable from one cloud)
+    info : dict with ``dim`` (the lattice dimension d), ``eigenvalues`` (leading 2d), ``candidates``
+        ([{"cards", "bic"}] per cut of the tree), ``groups`` (component indices per attribute, in ``cards``
+        order), ``complete`` ((N,) bool: False for rows at an attribute's mean, an omitted attribute),
+        ``labels`` ((N, A) the rows' k-means values per attribute, in ``cards`` order)
+    """
+    Z = np.asarray(Z, np.float64)
+    if Z.ndim != 2 or len(Z) < 10:
+        raise AlignmentError(f"estimate_cards: expected an (N, D) array with N >= 10, got shape {Z.shape}")
+    if not np.isfinite(Z).all():
+        raise AlignmentError("estimate_cards: the embeddings contain NaN or inf rows; drop them first")
+    rng = np.random.default_rng(seed)
+    d, ev = lattice_dimension(Z, max_attrs * (max_values - 1))
+    mu = Z.mean(0)
+    _, s, Vt = np.linalg.svd(Z - mu, full_matrices=False)
+    V = Vt[:d]
+    V *= np.sign(V[np.arange(d), np.abs(V).argmax(1)])[:, None]   # SVD signs fixed: row-order free answer
+    P = (Z - mu) @ V.T                                               # (N, d) the lattice subspace
+    W = P / np.sqrt(ev[:d])                                          # whitened
+    fit_rows = np.arange(len(Z)) if len(Z) <= MAX_ROWS else np.sort(rng.choice(len(Z), MAX_ROWS, replace=False))
+    B = _fastica(W[fit_rows], rng)
+    S = W @ B.T                                                      # (N, d) independent components
+    # the distinct points (rows of one item merged), at most MAX_VERTICES of them for the search
+    from alignment.lattice_fit import VERTEX_RADIUS, _vertices
+
+    rows_v, C, _ = _vertices(S[fit_rows], VERTEX_RADIUS * float(np.sqrt((S ** 2).sum(1).mean())), rng)
+    if len(C) > MAX_VERTICES:
+        C = C[np.sort(rng.choice(len(C), MAX_VERTICES, replace=False))]
+    if len(C) <= d + 1:
+        raise AlignmentError(f"estimate_cards: {len(C)} distinct points in {d} lattice dimensions; this side "
+                             "needs more distinct items")
+    groups = _best_cover(_partition_costs(C, max_values - 1, rng), d, max_attrs)
+    loss, _ = _additive_error(C, groups, rng)
+    tried = {tuple(map(tuple, sorted(groups))): loss}
+    for _ in range(LOCAL_ROUNDS):      # local search on the joint additive error
+        better = False
+        for cand in _neighbours(groups):
+            key = tuple(map(tuple, sorted(cand)))
+            if key in tried or len(cand) > max_attrs or max(len(h) for h in cand) + 1 > max_values:
+                continue
+            tried[key] = _additive_error(C, cand, rng)[0]
+            if tried[key] < loss * (1 - 1e-6):
+                groups, loss, better = [list(h) for h in cand], tried[key], True
+        if not better:
+            break
+    # more attributes must explain clearly more: a k-valued attribute split into two fits as well (three of a
+    # 2 x 2 grid's four corners fit any triangle) and predicts a lattice point never seen. Kept: the fewest
+    # attributes among the candidates within 1 / SPLIT_GAIN of the least error, the least error among those
+    least = min(tried.values())
+    key = min((k for k, v in tried.items() if v <= least / SPLIT_GAIN), key=lambda k: (len(k), tried[k]))
+    groups = [list(h) for h in key]
+    n = len(C)
+
+    def bic(err):
+        return n * d * np.log(max(err, 1e-300) / (n * d)) + d * (1 + d) * np.log(n)
+
+    candidates = sorted(({"cards": sorted((len(h) + 1 for h in k), reverse=True), "bic": round(float(bic(v)), 1)}
+                         for k, v in tried.items() if np.isfinite(v)), key=lambda c: c["bic"])[:10]
+    cards = tuple(len(g) + 1 for g in groups)
+    order = sorted(range(len(groups)), key=lambda a: (-cards[a], groups[a]))
+    groups = [groups[a] for a in order]
+    cards = tuple(cards[a] for a in order)
+    labels, _ = _label_groups(S, groups, rng)
+    complete, labels = _complete_rows(S, cards, labels)
+    info = {"dim": int(d), "eigenvalues": np.round(ev[: 2 * d], 4).tolist(), "candidates": candidates,
+            "groups": groups, "complete": complete, "labels": labels}
+    return cards, info
