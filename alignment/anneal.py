@@ -7,7 +7,7 @@ ICP settles on a fixed point with few right pairs. A soft coupling keeps every c
 weight, so the cross-covariance A^T P B collects the signal of the right pairs even where each row's nearest
 neighbour is wrong; as the temperature falls the coupling sharpens and the rotation follows.
 
-Steps, in both clouds' principal axes (``alignment.matching._prepare``):
+Steps, in both clouds' principal axes (``alignment.matching.prepare``):
 
 1. Start from a sign pattern of the top ``k`` axes (the rotation diag(signs) there, identity below).
 2. A few rounds in growing leading dimensions (8, 16, 32, 64) at temperature 1.0 / 0.5 x the median
@@ -45,7 +45,7 @@ def sign_vector(pattern: int, k: int) -> np.ndarray:
 
 
 def _sq(U, V):
-    """Squared distances in numpy (``alignment.neighbours._sqdist`` goes through torch: 5.6 s vs 3.8 s for one
+    """Squared distances in numpy (``alignment.neighbours.sqdist`` goes through torch: 5.6 s vs 3.8 s for one
     anneal at N=2000, d=128, from its copies and thread hand-offs on every round)."""
     return sqnorm(U)[:, None] + sqnorm(V)[None, :] - 2.0 * (U @ V.T)
 

@@ -240,4 +240,3 @@ def match_csls(X, Y, dim: int | None = None, clusters: int = 16, cluster_dims: i
     return MatchResult(rot, perm, coupling, float(best["score"]), info)
 
 
-_kmeans = kmeans  # the name before it was public (alignment.rosetta imports it): drop once it doesn't

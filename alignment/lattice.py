@@ -150,11 +150,11 @@ def lattice_rotation(fx: LatticeFit, fy: LatticeFit, corr) -> tuple:
     """(Rotation, value misfit): orthogonal Procrustes with a global scale between the value vectors that
     ``corr`` (:func:`correspond`) matches, offsets as the two lattice centres; the misfit is the share of
     Y's value-vector energy the rotated X values miss."""
-    from alignment.procrustes import Rotation, _svd
+    from alignment.procrustes import Rotation, svd
 
     P = np.vstack([fx.values[a][ox] for a, (_, ox, _) in enumerate(corr)])
     Q = np.vstack([fy.values[p][oy] for p, _, oy in corr])
-    U, s, Vt = _svd(P.T @ Q)
+    U, s, Vt = svd(P.T @ Q)
     r = min(len(s), P.shape[1], Q.shape[1])
     R = U[:, :r] @ Vt[:r]
     scale = float(s[:r].sum() / max((P * P).sum(), 1e-30))

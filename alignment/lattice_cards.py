@@ -61,14 +61,14 @@ def _fastica(W: np.ndarray, rng, iters: int = 300, tol: float = 1e-7) -> np.ndar
 def _partition_costs(C: np.ndarray, max_size: int, rng) -> dict:
     """{bitmask of components: k-means squared error of the vertices ``C`` (V, d) in those components into
     size + 1 clusters}: the squared error an attribute on exactly those axes leaves (groups up to max_size)."""
-    from alignment.lattice_fit import _kmeans
+    from alignment.lattice_fit import lattice_kmeans
 
     d = C.shape[1]
     cost = {}
     for m in range(1, min(max_size, d) + 1):
         for g in itertools.combinations(range(d), m):
             Cg = C[:, list(g)]
-            lab = _kmeans(Cg, m + 1, rng, inits=3, iters=30)
+            lab = lattice_kmeans(Cg, m + 1, rng, inits=3, iters=30)
             cent = np.stack([Cg[lab == j].mean(0) for j in range(m + 1)])
             cost[sum(1 << j for j in g)] = float(((Cg - cent[lab]) ** 2).sum())
     return cost
@@ -101,13 +101,13 @@ def _additive_error(C, groups, rng) -> tuple[float, np.ndarray]:
     group: each group's vertices labelled by k-means in its axes, then polished jointly in all axes (least
     squares and exact relabelling, ``alignment.lattice_fit``), which absorbs the leakage of imperfectly
     separated axes."""
-    from alignment.lattice_fit import _all_values, _kmeans, _polish
+    from alignment.lattice_fit import all_values, lattice_kmeans, polish
 
     cards = tuple(len(g) + 1 for g in groups)
-    vals = np.stack([_kmeans(C[:, g], k, rng, inits=5) for g, k in zip(groups, cards)], 1)
+    vals = np.stack([lattice_kmeans(C[:, g], k, rng, inits=5) for g, k in zip(groups, cards)], 1)
     if any(len(np.unique(vals[:, a])) < k for a, k in enumerate(cards)):
         return np.inf, vals
-    vals, loss = _polish(C, cards, vals, _all_values(cards))
+    vals, loss = polish(C, cards, vals, all_values(cards))
     return float(loss), vals
 
 
@@ -129,12 +129,12 @@ def _neighbours(groups: list[list[int]]) -> list[list[list[int]]]:
 
 def _label_groups(S, groups, rng):
     """(N, A) k-means labels of each group's rows into len(group) + 1 values, and the A centroid arrays."""
-    from alignment.lattice_fit import _kmeans
+    from alignment.lattice_fit import lattice_kmeans
 
     labels, cents = [], []
     for g in groups:
         Sg = S[:, g]
-        lab = _kmeans(Sg, len(g) + 1, rng, inits=8)
+        lab = lattice_kmeans(Sg, len(g) + 1, rng, inits=8)
         labels.append(lab)
         cents.append(np.stack([Sg[lab == j].mean(0) for j in range(len(g) + 1)]))
     return np.stack(labels, 1), cents
@@ -144,14 +144,14 @@ def _complete_rows(S: np.ndarray, cards, labels: np.ndarray) -> tuple[np.ndarray
     """((N,) bool, (N, A) labels relabelled by the joint fit): rows nearer their lattice point than to that
     point with one attribute's value vector replaced by the attribute's mean (zero in the sum-to-zero coding): False for a row that lacks an
     attribute's component. The additive fit is in all axes, so leakage between groups does not matter."""
-    from alignment.lattice_fit import _all_values, _design, _nearest, _unpack
+    from alignment.lattice_fit import all_values, design, nearest_rows, unpack
 
-    codes = _all_values(cards)
+    codes = all_values(cards)
     for _ in range(3):   # the groups' k-means labels, relabelled to the nearest point of the joint fit
-        coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
-        labels = codes[_nearest(S, _design(codes, cards) @ coef)]
-    coef = np.linalg.lstsq(_design(labels, cards), S, rcond=None)[0]
-    offset, values = _unpack(coef, cards)
+        coef = np.linalg.lstsq(design(labels, cards), S, rcond=None)[0]
+        labels = codes[nearest_rows(S, design(codes, cards) @ coef)]
+    coef = np.linalg.lstsq(design(labels, cards), S, rcond=None)[0]
+    offset, values = unpack(coef, cards)
     fit = offset + sum(values[a][labels[:, a]] for a in range(len(cards)))
     own = ((S - fit) ** 2).sum(1)
     omit = np.min([((S - fit + values[a][labels[:, a]]) ** 2).sum(1) for a in range(len(cards))], axis=0)
@@ -209,9 +209,9 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     B = _fastica(W[fit_rows], rng)
     S = W @ B.T                                                      # (N, d) independent components
     # the distinct points (rows of one item merged), at most MAX_VERTICES of them for the search
-    from alignment.lattice_fit import VERTEX_RADIUS, _vertices
+    from alignment.lattice_fit import VERTEX_RADIUS, vertices
 
-    rows_v, C, _ = _vertices(S[fit_rows], VERTEX_RADIUS * float(np.sqrt((S ** 2).sum(1).mean())), rng)
+    rows_v, C, _ = vertices(S[fit_rows], VERTEX_RADIUS * float(np.sqrt((S ** 2).sum(1).mean())), rng)
     if len(C) > MAX_VERTICES:
         C = C[np.sort(rng.choice(len(C), MAX_VERTICES, replace=False))]
     if len(C) <= d + 1:

@@ -64,7 +64,7 @@ def parse_cards(cards) -> tuple[int, ...]:
 
 # ----------------------------------------------------------------------------------------------- design
 
-def _design(vals: np.ndarray, cards) -> np.ndarray:
+def design(vals: np.ndarray, cards) -> np.ndarray:
     """(n, 1 + sum(k - 1)): intercept plus sum-to-zero (effect) coding of each attribute's value."""
     cols = [np.ones((len(vals), 1))]
     for a, k in enumerate(cards):
@@ -75,7 +75,7 @@ def _design(vals: np.ndarray, cards) -> np.ndarray:
     return np.hstack(cols)
 
 
-def _unpack(coef: np.ndarray, cards) -> tuple[np.ndarray, list]:
+def unpack(coef: np.ndarray, cards) -> tuple[np.ndarray, list]:
     off, values = 1, []
     for k in cards:
         c = coef[off:off + k - 1]
@@ -86,19 +86,19 @@ def _unpack(coef: np.ndarray, cards) -> tuple[np.ndarray, list]:
 
 def _fit(C: np.ndarray, cards, vals: np.ndarray) -> tuple[np.ndarray, float]:
     """Least-squares coefficients of ``C ~ design(vals) @ coef`` and the squared error."""
-    A = _design(vals, cards)
+    A = design(vals, cards)
     coef = np.linalg.lstsq(A, C, rcond=None)[0]
     r = C - A @ coef
     return coef, float((r * r).sum())
 
 
-def _all_values(cards) -> np.ndarray:
+def all_values(cards) -> np.ndarray:
     return np.array(list(itertools.product(*[range(k) for k in cards])))
 
 
 # ------------------------------------------------------------------------------------------- clustering
 
-def _vertices(Z: np.ndarray, radius: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def vertices(Z: np.ndarray, radius: float, rng) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(row -> vertex, vertex centroids, counts): greedy leader clustering at ``radius``, two k-means
     rounds to settle; above MAX_VERTICES, k-means to MAX_VERTICES centroids. Rows are visited in
     lexicographic order, so the answer does not depend on the order of the rows (a shuffle)."""
@@ -117,23 +117,23 @@ def _vertices(Z: np.ndarray, radius: float, rng) -> tuple[np.ndarray, np.ndarray
     else:
         C = np.stack(cents)
     for _ in range(2):
-        lab = _nearest(Z, C)
+        lab = nearest_rows(Z, C)
         cnt = np.bincount(lab, minlength=len(C))
         keep = cnt > 0
         C = np.stack([Z[lab == j].mean(0) for j in np.where(keep)[0]])
-    lab = np.unique(_nearest(Z, C), return_inverse=True)[1]      # every vertex keeps at least one row
+    lab = np.unique(nearest_rows(Z, C), return_inverse=True)[1]      # every vertex keeps at least one row
     C = np.stack([Z[lab == j].mean(0) for j in range(lab.max() + 1)])
     return lab, C, np.bincount(lab)
 
 
-def _nearest(Z: np.ndarray, C: np.ndarray, chunk: int = 4096) -> np.ndarray:
+def nearest_rows(Z: np.ndarray, C: np.ndarray, chunk: int = 4096) -> np.ndarray:
     cn = (C * C).sum(1)
     if len(Z) <= chunk:   # the common case (vertices): one block, no list to join
         return np.argmin(cn[None] - 2 * Z @ C.T, 1)
     return np.concatenate([np.argmin(cn[None] - 2 * Z[s:s + chunk] @ C.T, 1) for s in range(0, len(Z), chunk)])
 
 
-def _kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.ndarray:
+def lattice_kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.ndarray:
     """The best of ``inits`` k-means++ runs (labels; every label used when len(Z) >= k)."""
     best, best_loss = None, np.inf
     n, dim = Z.shape
@@ -146,7 +146,7 @@ def _kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.
             d = np.minimum(d, ((Z - Z[j]) ** 2).sum(1))
         c, lab = Z[idx], None
         for _ in range(iters):
-            new = _nearest(Z, c)
+            new = nearest_rows(Z, c)
             if lab is not None and (new == lab).all():
                 break
             lab = new
@@ -163,9 +163,9 @@ def _kmeans(Z: np.ndarray, k: int, rng, inits: int = 20, iters: int = 60) -> np.
 
 # --------------------------------------------------------------------------------------- factorisation
 
-def _polish(C, cards, vals, codes, iters: int = 50):
+def polish(C, cards, vals, codes, iters: int = 50):
     """Alternate least squares and exact re-labelling (every vertex against every lattice point)."""
-    A = _design(codes, cards)
+    A = design(codes, cards)
     for _ in range(iters):
         coef, loss = _fit(C, cards, vals)
         book = A @ coef
@@ -180,7 +180,7 @@ def _polish(C, cards, vals, codes, iters: int = 50):
 
 def _leave_out(C, cards, vals, coef, skip) -> np.ndarray:
     """What the vertices ``C`` keep once the fit ``coef`` of every attribute not in ``skip`` is removed."""
-    off, values = _unpack(coef, cards)
+    off, values = unpack(coef, cards)
     return C - off - sum(values[o][vals[:, o]] for o in range(len(cards)) if o not in skip)
 
 
@@ -192,13 +192,13 @@ def _block_moves(C, cards, vals, codes, rng, rounds: int = 10):
         for a, k in enumerate(cards):
             R = _leave_out(C, cards, vals, coef, (a,))
             trial = vals.copy()
-            trial[:, a] = _kmeans(R, k, rng, inits=10)
+            trial[:, a] = lattice_kmeans(R, k, rng, inits=10)
             if len(np.unique(trial[:, a])) < k:
                 continue
             c2, l2 = _fit(C, cards, trial)
             if l2 < loss - 1e-9:
                 vals, coef, loss, better = trial, c2, l2, True
-        v2, l2 = _polish(C, cards, vals, codes)
+        v2, l2 = polish(C, cards, vals, codes)
         if l2 < loss - 1e-9:
             vals, loss, better = v2, l2, True
             coef, _ = _fit(C, cards, vals)
@@ -222,7 +222,7 @@ def _place_on_grid(M: np.ndarray, ka: int, kb: int) -> np.ndarray:
     squared error under ``cell ~ offset + u[value_a] + w[value_b]`` (the error is a quadratic form in the
     placement: sum_kl H[cell_k, cell_l] <M_k, M_l>, H the residual projector of the grid's design)."""
     cells, perms = _grid(ka, kb)
-    A = _design(cells, (ka, kb))
+    A = design(cells, (ka, kb))
     H = np.eye(len(cells)) - A @ np.linalg.pinv(A)
     G = (M - M.mean(0)) @ (M - M.mean(0)).T
     cost = np.zeros(len(perms))
@@ -247,14 +247,14 @@ def _pair_moves(C, cards, vals, codes, rng, rounds: int = 5, max_cells: int = 9)
             K = cards[a] * cards[b]
             if len(R) < K:
                 continue
-            lab = _kmeans(R, K, rng, inits=10)
+            lab = lattice_kmeans(R, K, rng, inits=10)
             M = np.stack([R[lab == j].mean(0) if (lab == j).any() else R.mean(0) for j in range(K)])
             cell = _place_on_grid(M, cards[a], cards[b])
             trial = vals.copy()
             trial[:, a], trial[:, b] = cell[lab, 0], cell[lab, 1]
             if any(len(np.unique(trial[:, o])) < cards[o] for o in (a, b)):
                 continue
-            trial, l2 = _polish(C, cards, trial, codes)
+            trial, l2 = polish(C, cards, trial, codes)
             if l2 < loss - 1e-9:
                 vals, loss, better = trial, l2, True
                 coef, _ = _fit(C, cards, vals)
@@ -345,7 +345,7 @@ def _edge_start(C, cards, big_labels, tau_mult, cos_same, rng):
     vals[:, int(np.argmax(cards))] = big_labels
     for a, g in grouping:
         B = np.linalg.svd(M[list(g)], full_matrices=False)[2][:cards[a] - 1]
-        vals[:, a] = _kmeans(C @ B.T, cards[a], rng, inits=10)
+        vals[:, a] = lattice_kmeans(C @ B.T, cards[a], rng, inits=10)
     return vals
 
 
@@ -364,13 +364,13 @@ def _distinct_points(Z: np.ndarray, cards, radius: float, rng) -> tuple[np.ndarr
         Zs = Zc @ V.T
     else:
         Zs = Zc
-    rows_v, C, _ = _vertices(Zs, radius * float(np.sqrt((Zs * Zs).sum(1).mean())), rng)
+    rows_v, C, _ = vertices(Zs, radius * float(np.sqrt((Zs * Zs).sum(1).mean())), rng)
     n_points = int(np.prod(cards))
     if len(C) > n_points:   # more distinct points than the lattice has: no lattice at this radius; k-means,
         # on the rows in lexicographic order (k-means++ draws rows by index: a shuffle would change the answer)
         order = np.lexsort(Zs.T[::-1])
         lab = np.empty(len(Zs), int)
-        lab[order] = _kmeans(Zs[order], n_points, rng, inits=1, iters=20)
+        lab[order] = lattice_kmeans(Zs[order], n_points, rng, inits=1, iters=20)
         rows_v = np.unique(lab, return_inverse=True)[1]
         C = np.stack([Zs[rows_v == j].mean(0) for j in range(rows_v.max() + 1)])
     return rows_v, C
@@ -398,7 +398,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
     if len(C) <= n_par:
         raise AlignmentError(f"lattice: {len(C)} distinct points for a lattice of {n_par} parameters (cards "
                              f"{','.join(map(str, cards))}); this side needs more distinct items")
-    codes = _all_values(cards)
+    codes = all_values(cards)
     big = int(np.argmax(cards))
     done: dict = {}
 
@@ -406,7 +406,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
         if any(len(np.unique(v[:, a])) < k for a, k in enumerate(cards)) or v.tobytes() in done:
             return
         sig = v.tobytes()
-        v, loss = _polish(C, cards, v, codes)
+        v, loss = polish(C, cards, v, codes)
         v, loss = _block_moves(C, cards, v, codes, rng)
         done[sig] = (name, v, loss)
 
@@ -415,7 +415,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
     for t in range(BIG_STARTS):
         if t == FIRST_STARTS and done and 1 - min(t[2] for t in done.values()) / spread < MORE_STARTS_R2:
             break   # no lattice in sight: more partitions would not make one
-        part = _kmeans(C - C.mean(0), cards[big], rng, inits=20 if t == 0 else 1)
+        part = lattice_kmeans(C - C.mean(0), cards[big], rng, inits=20 if t == 0 else 1)
         key = frozenset(frozenset(np.where(part == j)[0].tolist()) for j in range(cards[big]))
         if key in seen:
             continue
@@ -426,7 +426,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
                 if v is not None:
                     run(f"edges/k-means {t}/tau {tm}/cos {cs}", v)
     if not done:  # no direction structure: random labellings with the biggest partition
-        part = _kmeans(C - C.mean(0), cards[big], rng)
+        part = lattice_kmeans(C - C.mean(0), cards[big], rng)
         for r in range(8):
             v = np.stack([rng.integers(0, k, len(C)) for k in cards], 1)
             v[:, big] = part
@@ -439,7 +439,7 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
 
     def finish(name, v):
         coef, loss = _fit(Cf, cards, v)
-        offset, values = _unpack(coef, cards)
+        offset, values = unpack(coef, cards)
         labels = v[rows_v]
         return LatticeFit(labels, offset, values, log_prior(labels, cards), 1.0 - loss / max(total, 1e-30), loss,
                           int(len(C)), name)
@@ -459,7 +459,7 @@ def log_prior(labels: np.ndarray, cards) -> list:
     value combination among ``labels`` (N, A): ``log E[count] = c + sum_a theta_a[value_a]`` (IRLS)."""
     cards = parse_cards(cards)
     combos, counts = np.unique(np.asarray(labels), axis=0, return_counts=True)
-    A = _design(combos, cards)
+    A = design(combos, cards)
     beta = np.zeros(A.shape[1])
     beta[0] = np.log(counts.mean())
     for _ in range(100):
@@ -468,5 +468,5 @@ def log_prior(labels: np.ndarray, cards) -> list:
         beta += step
         if np.abs(step).max() < 1e-10:
             break
-    _, thetas = _unpack(beta[:, None], cards)
+    _, thetas = unpack(beta[:, None], cards)
     return [t[:, 0] for t in thetas]

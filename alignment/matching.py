@@ -248,4 +248,3 @@ def check_seeds(seeds, n1: int, n2: int):
 
 # The names these had before they were public, for the modules still importing them (alignment.pairfree,
 # starts, rosetta): drop once those import the public names.
-_Prep, _prepare, _rotation_from, _procrustes, _cross_cov = Prep, prepare, rotation_from, weighted_procrustes, cross_cov

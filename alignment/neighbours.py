@@ -267,4 +267,3 @@ def mutual_and_coupling(cand, n1, n2):
 
 # The names these had before they were public, for the modules still importing them (alignment.pairfree,
 # starts, rosetta, diagnose): drop once those import the public names.
-_sqnorm, _sqdist, _mutual, _assign, _mutual_and_coupling = sqnorm, sqdist, mutual_neighbours, assign, mutual_and_coupling

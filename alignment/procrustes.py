@@ -278,4 +278,3 @@ def fit_random(X, Y, dim: int | None = None, seed: int = 0, center: bool = True,
     return Rotation("random", mx, my, R, px, py, 1.0, meta)
 
 
-_svd = svd  # the name before it was public (alignment.pairfree, rosetta, lattice import it): drop once they don't

@@ -113,7 +113,7 @@ def test_soft_em_and_free_energy_known_answers():
     import numpy as np
     from scipy.linalg import expm
 
-    from alignment.matching import _prepare, _procrustes
+    from alignment.matching import prepare, weighted_procrustes
     from eval.experiments.matcher_ceiling import free_energy, soft_em
     from eval.matcher_bench import oracle
 
@@ -124,9 +124,9 @@ def test_soft_em_and_free_energy_known_answers():
     assert free_energy(A, A, Rr, 1e-3) > 0.1
 
     X, Y, true, _ = make_problem(300, 16, noise=0.05, seed=1)
-    prep = _prepare(X, Y, None, True)
+    prep = prepare(X, Y, None, True)
     ok = true >= 0
-    R0 = _procrustes(prep.A[ok], prep.B[true[ok]])
+    R0 = weighted_procrustes(prep.A[ok], prep.B[true[ok]])
     S = rng.standard_normal((16, 16))
     R0 = R0 @ expm(0.15 * (S - S.T))                 # a rotation nudged off the truth: it mismatches rows
     assert oracle(prep.A, prep.B, true, R0)["assignment"] < 1.0

@@ -4,9 +4,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from alignment.csls import _kmeans, cluster_starts, heldout_score, match_csls
+from alignment.csls import cluster_starts, heldout_score, kmeans, match_csls
 from alignment.errors import AlignmentError
-from alignment.matching import _prepare
+from alignment.matching import prepare
 from alignment.pairfree import match, match_pairfree
 from eval.matcher_bench import make_problem
 
@@ -31,7 +31,7 @@ def test_csls_recovers_what_the_cheap_matcher_misses(noisy_partial):
 
 def test_heldout_score_prefers_the_true_assignment(noisy_partial):
     X, Y, true, _ = noisy_partial
-    prep = _prepare(X, Y, None)
+    prep = prepare(X, Y, None)
     rng = np.random.default_rng(0)
     wrong = rng.permutation(len(Y))
     assert heldout_score(prep.A, prep.B, true) > heldout_score(prep.A, prep.B, wrong) + 0.2
@@ -41,7 +41,7 @@ def test_kmeans_and_cluster_starts_on_separated_blobs():
     rng = np.random.default_rng(1)
     centres = rng.standard_normal((4, 3)) * 10
     Z = (centres[np.arange(200) % 4] + 0.1 * rng.standard_normal((200, 3))).astype(np.float32)
-    lab, C = _kmeans(Z, 4, rng)
+    lab, C = kmeans(Z, 4, rng)
     assert len(set(zip(lab, np.arange(200) % 4))) == 4  # each blob one cluster
     Q = np.linalg.qr(rng.standard_normal((3, 3)))[0].astype(np.float32)
     (R,) = cluster_starts(Z, Z @ Q, clusters=4, cluster_dims=3, restarts=1, bootstrap=1.0)

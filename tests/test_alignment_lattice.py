@@ -92,7 +92,7 @@ def test_pair_moves_unmix_two_attributes_that_block_moves_leave_mixed():
     (an SVD basis of repeated singular values) depend on the LAPACK build, and so does which draw is stuck."""
     import itertools
 
-    from alignment.lattice_fit import _all_values, _block_moves, _fit, _pair_moves, _polish
+    from alignment.lattice_fit import _block_moves, _fit, _pair_moves, all_values, polish
 
     stuck = 0
     for trial in range(10):
@@ -105,9 +105,9 @@ def test_pair_moves_unmix_two_attributes_that_block_moves_leave_mixed():
         W = T.copy()
         for i, (a, b) in enumerate(zip(T[:, 1], T[:, 4])):
             W[i, 1], W[i, 4] = cells[perm[cells.index((a, b))]]
-        codes = _all_values(CARDS)
+        codes = all_values(CARDS)
         true_loss = _fit(C, CARDS, T)[1]
-        v, loss = _block_moves(C, CARDS, _polish(C, CARDS, W, codes)[0], codes, np.random.default_rng(0))
+        v, loss = _block_moves(C, CARDS, polish(C, CARDS, W, codes)[0], codes, np.random.default_rng(0))
         stuck += loss > 2 * true_loss                            # stuck: two attributes still mixed
         v, loss = _pair_moves(C, CARDS, v, codes, np.random.default_rng(0))
         assert loss == pytest.approx(true_loss, rel=1e-9), trial

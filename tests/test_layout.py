@@ -93,3 +93,18 @@ def test_the_experiments_runner_registers_every_experiment_and_the_product_none(
         assert importlib.import_module(f"eval.experiments.{name.replace('-', '_')}").cli.name == name
     assert not {"report", "scaling", "scenelab"} & set(PRODUCT)
     assert all(m.startswith("captioner.") for m, _, _ in PRODUCT.values())
+
+
+def test_no_module_imports_another_modules_private_names():
+    """Outside tests, ``from x import _name`` (a private name of another module) appears nowhere in captioner/,
+    alignment/ or eval/: what one module needs of another is public there (lazy imports included)."""
+    import ast
+
+    hits = []
+    for pkg in ("captioner", "alignment", "eval"):
+        for f in sorted((ROOT / pkg).rglob("*.py")):
+            for node in ast.walk(ast.parse(f.read_text())):
+                if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                    hits += [f"{f.relative_to(ROOT)}:{node.lineno} {node.module}.{a.name}" for a in node.names
+                             if a.name.startswith("_") and not a.name.startswith("__")]
+    assert hits == [], hits

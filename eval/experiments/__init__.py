@@ -14,6 +14,7 @@ EXPERIMENTS = {
     "decode-input": "What the Tux Paint decoder should read, per rotation: projection or rotated query.",
     "decoder-seeds": "How much the decoder's Tux Paint CIDEr depends on its training seed.",
     "jepa-alignment": "Our text JEPA vs MiniLM-L6 vs SmolLM2 against a vision encoder on real data.",
+    "lattice-prior": "The lattice matcher with estimated cards and caption priors that differ (synthetic lattices).",
     "matcher-ceiling": "Is the matcher-oracle gap the matcher's fault or the data's?",
     "matcher-repeat": "Interleaved timings of the pair-free matcher against a baseline copy.",
     "pairfree-identifiability": "Can an unpaired objective find the true rotation between real encoders?",

@@ -26,6 +26,7 @@ from __future__ import annotations
 import itertools
 import time
 
+import click
 import numpy as np
 
 CARDS = (6, 2, 3, 3, 3)                 # the world's colour, size, column, row, background
@@ -223,3 +224,17 @@ if __name__ == "__main__":
     res = run()
     print(json.dumps(res))
     print(table(res))
+
+
+@click.command("lattice-prior", help=__doc__)
+@click.option("--seeds", default="0,1,2", show_default=True, help="Comma-separated seeds.")
+@click.option("--shape", "shapes", multiple=True, type=click.Choice(["ideal", "generic"]),
+              help="Lattice shapes (repeatable; default both).")
+@click.option("--noise", type=float, default=0.05, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="print only the JSON")
+@click.option("--out", default=None, help="also write the JSON here")
+def cli(seeds, shapes, noise, as_json, out):
+    from eval.experiments import emit
+
+    res = run(tuple(int(s) for s in seeds.split(",")), tuple(shapes) or ("ideal", "generic"), noise=noise)
+    emit(res, out, as_json, table(res))

@@ -11,7 +11,7 @@ the alternation every matcher here ends with:
 - ``found``: started from the assignment ``alignment.pairfree.match(method="auto")`` returns.
 
 For each it prints the accuracy, the matching cost (mean squared distance of the assigned pairs, in both
-clouds' principal axes as the matchers see them: ``alignment.matching._prepare``) and the held-out score
+clouds' principal axes as the matchers see them: ``alignment.matching.prepare``) and the held-out score
 ``alignment.csls.heldout_score`` that "auto" ranks answers by. When ``found`` costs less and scores at
 least as well held out as ``truth``, the data prefers the wrong answer: no matcher that minimises the
 matching cost or ranks by that held-out score can do better on this problem, whatever its optimiser.
