@@ -631,3 +631,25 @@ def test_a_split_that_leaves_an_attribute_value_unseen_is_refused_in_one_line(mo
     # too few draws from a full split: the same one line, naming the draw's fix
     with pytest.raises(CaptionerError, match=r"the 3 training scenes drawn for seed 0 never show colour .*n_train"):
         training_scenes(LabConfig(n_train=3, scenes="train"))
+
+
+def test_world_train_on_the_train_scenes_keeps_its_own_folder_and_encoders(captioner_home):
+    """`captioner world train --preset smoke --scenes train` (4 steps a model): world.json and the lab config
+    say "train", the registry loads the encoders with &scenes=train, and no all-scenes folder is made."""
+    from click.testing import CliRunner
+
+    from captioner.cli import cli
+    from captioner.encoders import get_encoder
+    from captioner.world import models as WM
+
+    r = CliRunner().invoke(cli, ["world", "train", "--preset", "smoke", "--seed", "4", "--scenes", "train", "--json",
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    meta = json.loads(r.output)
+    folder = WM.world_dir("smoke", 4, "train")
+    assert meta["scenes"] == "train" and meta["config"]["scenes"] == "train" and (folder / WM.META).is_file()
+    assert not WM.world_dir("smoke", 4).exists()
+    enc = get_encoder("world-text-jepa?preset=smoke&seed=4&scenes=train", cache=False)
+    assert enc.dim == 12 and enc.name.endswith("&scenes=train")
+    with pytest.raises(CaptionerError, match=r"--preset smoke --seed 4`"):
+        get_encoder("world-text-jepa?preset=smoke&seed=4", cache=False)
