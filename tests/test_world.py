@@ -528,3 +528,128 @@ def test_world_renders_writes_held_out_pngs_with_their_captions(tmp_path):
         assert im.size == (32, 32) and np.array_equal(np.asarray(im.convert("RGB")), np.asarray(s.source()))
     r = CliRunner().invoke(cli, ["world", "renders", "--start", "9999"])   # main() prints it as one line
     assert isinstance(r.exception, CaptionerError) and "has 392 renders" in str(r.exception)
+
+
+def test_train_scenes_feed_the_encoders_no_val_or_test_scene_and_every_attribute_value(monkeypatch):
+    """LabConfig.scenes "train": the scenes handed to the encoders' training are drawn from the seed's train
+    split of the world setting only (its val and test scenes unseen compositions), and show every value of
+    every attribute; "all" draws over all scenes as before."""
+    from captioner.datasets import get_dataset
+    from captioner.world import recipe
+    from captioner.world import scenes as W
+
+    class Fed(Exception):
+        pass
+
+    fed = {}
+
+    def capture(scenes, *a, **k):   # what train_models renders for the image JEPA (the corpus's scenes too)
+        fed["keys"] = [sc.key() for sc in scenes]
+        raise Fed
+
+    monkeypatch.setattr(recipe, "render_array", capture)
+    for seed in (0, 1, 2):
+        cfg = recipe.LabConfig(n_train=600, seed=seed, scenes="train")
+        with pytest.raises(Fed):
+            recipe.train_models(cfg, None, progress=False)
+        keys = set(fed["keys"])
+        held = {s.label for sp in ("val", "test") for s in get_dataset("world", sp, seed=seed).samples}
+        train = {s.label for s in get_dataset("world", "train", seed=seed).samples}
+        assert len(fed["keys"]) == 600 and keys <= train and not keys & held and len(held) == 130
+        index = {sc.key(): sc for sc in W.all_scenes()}
+        for a, values in W.ATTRS.items():
+            assert {getattr(index[k], a) for k in keys} == set(values), (seed, a)
+        # the setting the report scores on: its test scenes are not among them either
+        from captioner.world.setting import setting
+
+        assert not keys & {s.label for s in setting(seed).test.samples}
+    assert recipe.training_scenes(recipe.LabConfig(n_train=50)) == W.sample_scenes(50, seed=0)
+    with pytest.raises(CaptionerError, match="unknown training scenes 'val'"):
+        recipe.training_scenes(recipe.LabConfig(scenes="val"))
+
+
+def test_train_scenes_encoders_have_their_own_folder_names_and_command(captioner_home):
+    from captioner.encoders import get_encoder
+    from captioner.world import models as WM
+    from captioner.world.data import fingerprint
+    from captioner.world.train import lab_config
+    from eval.world.chain import world_name
+
+    assert WM.world_dir("quick", 1) != WM.world_dir("quick", 1, "train")
+    assert WM.world_dir("quick", 1, "train").name == "quick-s1-train" and WM.world_dir("quick", 1).name == "quick-s1"
+    assert world_name("world-text-jepa", "lab", 2) == "world-text-jepa?preset=lab&seed=2"
+    assert world_name("world-text-jepa", "lab", 2, "train") == "world-text-jepa?preset=lab&seed=2&scenes=train"
+    assert world_name("minilm-l6", "lab", 2, "train") == "minilm-l6"
+    assert lab_config("quick", 1).scenes == "all" and lab_config("quick", 1, "train").scenes == "train"
+    with pytest.raises(CaptionerError, match=r"captioner world train --preset quick --seed 2 --scenes train`"):
+        get_encoder("world-text-jepa?preset=quick&seed=2&scenes=train", cache=False)
+    with pytest.raises(CaptionerError, match="unknown world training scenes 'some'"):
+        WM.world_dir("quick", 0, "some")
+    # a folder whose world.json says all scenes (or none: before the option) is not the train scenes' one
+    folder = WM.world_dir("quick", 0, "train")
+    folder.mkdir(parents=True)
+    (folder / WM.META).write_text(json.dumps({"preset": "quick", "seed": 0, "world": fingerprint()}))
+    with pytest.raises(CaptionerError, match=r"trained on all scenes, not train; .*--seed 0 --scenes train"):
+        WM.read_meta(folder, "quick", 0, "train")
+    (folder / WM.META).write_text(json.dumps({"preset": "quick", "seed": 0, "world": fingerprint(),
+                                              "scenes": "train"}))
+    assert WM.read_meta(folder, "quick", 0, "train")["scenes"] == "train"
+    with pytest.raises(CaptionerError, match=r"trained on train scenes, not all"):
+        WM.read_meta(folder, "quick", 0)
+
+
+def test_the_world_report_reads_the_train_scenes_encoders(tmp_path, monkeypatch, capsys):
+    from eval.cli import main
+    from eval.world.table import format_table
+
+    monkeypatch.setenv("CAPTIONER_HOME", str(tmp_path / "home"))
+    with pytest.raises(SystemExit) as e:
+        main(["world", "report", "--preset", "quick", "--seeds", "1", "--scenes", "train", "--quiet"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1
+    assert "captioner world train --preset quick --seed 1 --scenes train" in err
+    assert (tmp_path / "home" / "world" / "report-quick-train").is_dir()
+    res = {"preset": "quick", "scenes": "train", "seeds": [0], "table": [],
+           "targets": {"text_jepa_pairfree_vs_paired": [], "baselines_at_random_floor": {}}}
+    assert format_table(res).startswith("World preset `quick`, encoders trained on the train scenes only, seeds [0]")
+
+
+def test_a_split_that_leaves_an_attribute_value_unseen_is_refused_in_one_line(monkeypatch):
+    from captioner.world import data
+    from captioner.world import scenes as W
+    from captioner.world.recipe import LabConfig, training_scenes
+
+    every = W.all_scenes()
+    monkeypatch.setattr(data, "scene_splits", lambda seed=0: {
+        "train": [sc for sc in every if sc.size != "large"], "val": [], "test": [sc for sc in every
+                                                                               if sc.size == "large"]})
+    with pytest.raises(CaptionerError) as e:
+        training_scenes(LabConfig(n_train=100, scenes="train"))
+    msg = str(e.value)
+    assert "\n" not in msg and "never show size large" in msg and "--scenes all" in msg
+    monkeypatch.undo()
+    # too few draws from a full split: the same one line, naming the draw's fix
+    with pytest.raises(CaptionerError, match=r"the 3 training scenes drawn for seed 0 never show colour .*n_train"):
+        training_scenes(LabConfig(n_train=3, scenes="train"))
+
+
+def test_world_train_on_the_train_scenes_keeps_its_own_folder_and_encoders(captioner_home):
+    """`captioner world train --preset smoke --scenes train` (4 steps a model): world.json and the lab config
+    say "train", the registry loads the encoders with &scenes=train, and no all-scenes folder is made."""
+    from click.testing import CliRunner
+
+    from captioner.cli import cli
+    from captioner.encoders import get_encoder
+    from captioner.world import models as WM
+
+    r = CliRunner().invoke(cli, ["world", "train", "--preset", "smoke", "--seed", "4", "--scenes", "train", "--json",
+                                 "--quiet"])
+    assert r.exit_code == 0, r.output
+    meta = json.loads(r.output)
+    folder = WM.world_dir("smoke", 4, "train")
+    assert meta["scenes"] == "train" and meta["config"]["scenes"] == "train" and (folder / WM.META).is_file()
+    assert not WM.world_dir("smoke", 4).exists()
+    enc = get_encoder("world-text-jepa?preset=smoke&seed=4&scenes=train", cache=False)
+    assert enc.dim == 12 and enc.name.endswith("&scenes=train")
+    with pytest.raises(CaptionerError, match=r"--preset smoke --seed 4`"):
+        get_encoder("world-text-jepa?preset=smoke&seed=4", cache=False)

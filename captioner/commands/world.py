@@ -21,9 +21,12 @@ def cli():
 @click.option("--seed", type=int, default=0, show_default=True, help="world seed (scenes, training, init)")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu, or auto (accelerate takes the GPU when there is one), as `captioner train`")
+@click.option("--scenes", type=click.Choice(["all", "train"]), default="all", show_default=True,
+              help="the scenes the encoders train on: all 324, or only the seed's train scenes (its val and test "
+                   "scenes then unseen compositions; kept in <preset>-s<seed>-train, encoders named &scenes=train)")
 @click.option("--json", "as_json", is_flag=True, help="print world.json")
 @click.option("--quiet", is_flag=True, help="no progress bar")
-def train_cli(preset, seed, device, as_json, quiet):
+def train_cli(preset, seed, device, scenes, as_json, quiet):
     """Train (or reuse, or resume) the world's image JEPA, text JEPA and next-token LM for one seed.
 
     Kept under $CAPTIONER_HOME/world/<preset>-s<seed>; a killed run resumes from its last checkpoint.
@@ -32,11 +35,11 @@ def train_cli(preset, seed, device, as_json, quiet):
     from captioner.world.models import world_dir
     from captioner.world.train import train_world
 
-    meta = train_world(preset, seed, device=device, progress=not quiet)
+    meta = train_world(preset, seed, device=device, progress=not quiet, scenes=scenes)
     if as_json:
         click.echo(json.dumps(meta, indent=2))
         return
-    click.echo(f"world {preset} seed {seed}: encoders in {world_dir(preset, seed)} ({meta['seconds']} s this call)")
+    click.echo(f"world {preset} seed {seed}: encoders in {world_dir(preset, seed, scenes)} ({meta['seconds']} s this call)")
     runs = (meta.get("restarts") or {}).get("text-jepa") or []
     if len(runs) > 1:   # which of the text JEPA's runs the registry loads, and why
         kept = meta["runs"]["text-jepa"]

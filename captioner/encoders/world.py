@@ -1,6 +1,7 @@
 """The JEPA world's trained encoders in the registry: ``world-image-jepa``, ``world-text-jepa``,
 ``world-ntp`` (mean-pooled), ``world-ntp-last`` (last token) and ``world-untrained``, each optionally with
-``?seed=N&preset=P`` (default seed 0, the trained preset found: lab, gpu, then quick). They resolve to the
+``?seed=N&preset=P`` (default seed 0, the trained preset found: lab, gpu, then quick) and ``&scenes=train``
+(encoders trained on the seed's train scenes only: ``captioner world train --scenes train``). They resolve to the
 checkpoints ``captioner world train`` keeps under ``<home>/world/<preset>-s<seed>``. Their rows are unit-length,
 the space ``captioner world report`` measures in: the pipeline on the world (``captioner eval coco --dataset
 world``, the demo) then fits and applies its maps where the report does (the lattice matcher, fitted on the raw
@@ -8,15 +9,18 @@ rows, found a worse map for seed 1: colour zero-shot 46 % against 80 % on unit r
 from __future__ import annotations
 
 
-def world_encoder(name: str, device: str = "cpu", preset: str | None = None, seed: int = 0, **kw):
+def world_encoder(name: str, device: str = "cpu", preset: str | None = None, seed: int = 0, scenes: str = "all",
+                  **kw):
     """The JEPAEncoder of world encoder ``name``; a one-line error naming the training command when its
     checkpoint is absent or was trained on another world or seed."""
     from captioner.jepa.encoder import JEPAEncoder
     from captioner.world.models import checkpoint_for
 
-    path, pool = checkpoint_for(name, preset, int(seed))
+    path, pool = checkpoint_for(name, preset, int(seed), scenes)
     enc = JEPAEncoder(path, device=device, pool=pool, normalize=True, **kw)
     enc.name = name if preset is None and not seed else f"{name}?preset={preset or ''}&seed={seed}"
+    if scenes != "all":
+        enc.name += f"{'&' if '?' in enc.name else '?'}scenes={scenes}"
     return enc
 
 

@@ -33,6 +33,10 @@ class LabConfig:
     embed_dim: int = LATENT_DIM    # both JEPAs: the dimension of the view kernel's leading eigenspace
     k: int = 10
     seed: int = 0
+    # which scenes the JEPAs and the NTP baseline train on (``training_scenes``): "all" draws over all 324
+    # scenes; "train" only over the train scenes of the seed's world split (``captioner.world.data.scene_splits``,
+    # the split the report scores on), so its val and test scenes are compositions no encoder has seen
+    scenes: str = "all"
     # objective overrides for both JEPAs (ObjectiveConfig fields: reg, reg_weight, target, ...) over the
     # preset's (SIGReg); empty: the preset's as they are
     objective: dict = field(default_factory=lambda: {"reg_weight": 0.1, "pred_hidden": 0})
@@ -78,6 +82,49 @@ def lab_config(lab_dir) -> LabConfig | None:
         return None
     conf = json.loads(p.read_text())["config"]
     return LabConfig(**{k: v for k, v in conf.items() if k in LabConfig.__dataclass_fields__})
+
+
+SCENES = ("all", "train")
+
+
+def training_scenes(cfg: LabConfig) -> list:
+    """The ``cfg.n_train`` scenes the encoders train on: drawn uniformly with repetition from all scenes
+    (``cfg.scenes`` "all", as ever) or from the train scenes of the world split of ``cfg.seed`` ("train": no
+    val or test scene among them; refused in one line when some attribute value would go unseen)."""
+    from captioner.errors import CaptionerError
+
+    if cfg.scenes == "all":
+        return sample_scenes(cfg.n_train, seed=cfg.seed)
+    if cfg.scenes != "train":
+        raise CaptionerError(f"unknown training scenes {cfg.scenes!r}; choose one of {', '.join(SCENES)}")
+    from captioner.world.data import scene_splits
+
+    splits = scene_splits(cfg.seed)
+    pool = splits["train"]
+    check_values_seen(pool, f"the train scenes of world seed {cfg.seed}",
+                      "train with --scenes all, or pick another --seed")
+    rng = np.random.default_rng(cfg.seed)
+    scenes = [pool[i] for i in rng.integers(len(pool), size=cfg.n_train)]
+    check_values_seen(scenes, f"the {cfg.n_train} training scenes drawn for seed {cfg.seed}",
+                      "train on more scenes (n_train) or with --scenes all")
+    held = {sc.key() for name in ("val", "test") for sc in splits[name]} & {sc.key() for sc in scenes}
+    if held:   # the split's own guarantee (disjoint splits), checked where the encoders' data is made
+        raise RuntimeError(f"held-out scenes among the training scenes: {sorted(held)[:3]}")
+    return scenes
+
+
+def check_values_seen(scenes: list, what: str, fix: str) -> None:
+    """One-line error when some value of some attribute appears in none of ``scenes``: the encoders would
+    never see it, and held-out scenes with it would be out of the world they learnt, not new compositions."""
+    from captioner.errors import CaptionerError
+    from captioner.world import scenes as W
+
+    for a, values in W.ATTRS.items():
+        seen = {getattr(sc, a) for sc in scenes}
+        missing = [v for v in values if v not in seen]
+        if missing:
+            raise CaptionerError(f"{what} never show {a} {', '.join(map(str, missing))}: the encoders would not "
+                                 f"see every attribute value; {fix}")
 
 
 def augment_config(cfg: LabConfig):
@@ -194,7 +241,7 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     from captioner.jepa.model import build_model
     from captioner.jepa.train import resolve_config
 
-    scenes = sample_scenes(cfg.n_train, seed=cfg.seed)
+    scenes = training_scenes(cfg)
     corpus = V.ViewsCorpus("scenelab", [captions(sc, cfg.n_captions, seed=cfg.seed * 7919 + i)
                                         for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
     aug = augment_config(cfg)

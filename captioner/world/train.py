@@ -6,16 +6,17 @@ from __future__ import annotations
 from pathlib import Path
 
 from captioner.errors import CaptionerError
-from captioner.world.models import ENCODERS, META, PRESETS, read_meta, world_dir
+from captioner.world.models import ENCODERS, META, PRESETS, check_scenes, read_meta, world_dir
 
 
-def lab_config(preset: str, seed: int):
-    """The scene lab's LabConfig the world's ``preset`` trains with."""
+def lab_config(preset: str, seed: int, scenes: str = "all"):
+    """The scene lab's LabConfig the world's ``preset`` trains with, on ``scenes`` ("all", or the seed's
+    "train" scenes: ``LabConfig.scenes``)."""
     from captioner.world.recipe import LabConfig
 
     if preset not in PRESETS:
         raise CaptionerError(f"unknown world preset {preset!r}; choose one of {', '.join(PRESETS)}")
-    return LabConfig(**PRESETS[preset], seed=seed)
+    return LabConfig(**PRESETS[preset], seed=seed, scenes=check_scenes(scenes))
 
 
 
@@ -29,9 +30,10 @@ def _save_untrained(model, tc, path: Path) -> None:
                            "params": count_params(model)})
 
 
-def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progress: bool = True) -> dict:
+def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progress: bool = True,
+                scenes: str = "all") -> dict:
     """Train (or reuse a finished, or resume a killed run of) the world's three models for ``preset`` and
-    ``seed`` through the world's training recipe (``captioner train``'s accelerate loop; ``device`` "auto"
+    ``seed`` on ``scenes`` ("all", or only the train scenes of the seed's split: ``world_dir``'s ``-train``) through the world's training recipe (``captioner train``'s accelerate loop; ``device`` "auto"
     takes a GPU when there is one). Returns world.json's content."""
     import time
 
@@ -40,11 +42,11 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     from captioner.world.recipe import kept_name, train_models
 
     check_attributes()
-    cfg = lab_config(preset, seed)
-    out = world_dir(preset, seed)
+    cfg = lab_config(preset, seed, scenes)
+    out = world_dir(preset, seed, scenes)
     main = _agree(preset, seed, device, out)
     if (out / META).is_file():
-        read_meta(out, preset, seed)            # another world or seed here: refused before any training
+        read_meta(out, preset, seed, scenes)          # another world or seed here: refused before any training
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     t = train_models(cfg, out, progress, device=device)
@@ -53,7 +55,8 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     # each JEPA's restarts [(init seed, final loss)] and the kept one (the lowest loss; the first when trained once)
     restarts = {kind: t[side][3] for kind, side in (("image-jepa", "image"), ("text-jepa", "text"))}
     runs = {kind: kept_name(kind, losses) for kind, losses in restarts.items()}
-    meta = {"preset": preset, "seed": seed, "world": fingerprint(), "config": asdict(cfg),
+    meta = {"preset": preset, "seed": seed, **({} if scenes == "all" else {"scenes": scenes}),
+            "world": fingerprint(), "config": asdict(cfg),
             "encoders": {name: str(out / runs.get(run, run)) for name, (run, _) in ENCODERS.items()},
             "runs": runs, "restarts": restarts, "seconds": round(time.time() - t0, 1)}
     if main is None or main.is_main_process:

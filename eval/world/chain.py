@@ -39,9 +39,12 @@ TEXT_ENCODERS = {
 RANDOM_ROTATIONS = 10
 
 
-def world_name(name: str, preset: str, seed: int) -> str:
-    """The registry name of a world encoder for ``preset`` / ``seed`` (other encoders unchanged)."""
-    return f"{name}?preset={preset}&seed={seed}" if name.startswith("world-") else name
+def world_name(name: str, preset: str, seed: int, scenes: str = "all") -> str:
+    """The registry name of a world encoder for ``preset`` / ``seed``, trained on ``scenes`` ("all", or the
+    seed's "train" scenes: ``&scenes=train``); other encoders unchanged."""
+    if not name.startswith("world-"):
+        return name
+    return f"{name}?preset={preset}&seed={seed}" + ("" if scenes == "all" else f"&scenes={scenes}")
 
 
 def embed(name: str, items, device: str = "cpu") -> np.ndarray:
@@ -176,8 +179,9 @@ def decode(dec, Q: np.ndarray, ctx: dict, how: str = DECODE_INPUT, temperature: 
 
 
 def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = "cpu", progress=None,
-             decoder_dir=None, random_rotations: int = 1) -> list[dict]:
-    """Rows (one per text encoder x rotation) for the world models of ``preset`` / ``st.seed``; the
+             decoder_dir=None, random_rotations: int = 1, scenes: str = "all") -> list[dict]:
+    """Rows (one per text encoder x rotation) for the world models of ``preset`` / ``st.seed`` trained on
+    ``scenes`` (``world_name``); the
     retrieved captions are in each row (``captions``, test-sample order) for CIDEr (``cider``), and with
     ``decoder_dir`` (where the decoders are kept) the decoded ones (``decoded``). The ``random`` key gives
     ``random_rotations`` rows (``random_seed`` 0, 1, ...; only the first is decoded)."""
@@ -185,12 +189,12 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
 
     from captioner.encoders import get_encoder
 
-    img = world_name("world-image-jepa", preset, st.seed)
+    img = world_name("world-image-jepa", preset, st.seed, scenes)
     X = embed(img, [s.source() for s in st.train.samples], device)
     Xt = embed(img, [s.source() for s in st.test.samples], device)
     rows = []
     for tk in text_keys or list(TEXT_ENCODERS):
-        name = world_name(TEXT_ENCODERS[tk][1], preset, st.seed)
+        name = world_name(TEXT_ENCODERS[tk][1], preset, st.seed, scenes)
         ctx = text_context(name, st, device)
         meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
         dec = decoder_for(name, ctx, Path(decoder_dir) / f"decoder-s{st.seed}-{tk}.pt", device) if decoder_dir else None

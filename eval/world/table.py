@@ -19,18 +19,19 @@ METRICS = (("matcher_accuracy", "matcher acc."), ("residual", "held-out residual
            ("zeroshot_proto_mean", "zero-shot + prototypes (mean of 5)"))
 
 
-def _models_key(preset: str, seed: int) -> str:
+def _models_key(preset: str, seed: int, scenes: str = "all") -> str:
     """A hash of the seed's trained models (their world.json): rows made with other models are redone."""
     from captioner.world.models import META, read_meta, world_dir
 
-    folder = world_dir(preset, seed)
-    read_meta(folder, preset, seed)
+    folder = world_dir(preset, seed, scenes)
+    read_meta(folder, preset, seed, scenes)
     return hashlib.sha256((folder / META).read_bytes()).hexdigest()[:12]
 
 
 def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: bool = True,
-              text_keys=None, rotation_keys=None, random_rotations: int | None = None) -> list[dict]:
-    """The rows of one seed: from ``out/seed-<seed>.json`` when made with the same models, plan and matcher
+              text_keys=None, rotation_keys=None, random_rotations: int | None = None,
+              scenes: str = "all") -> list[dict]:
+    """The rows of one seed (the world models trained on ``scenes``): from ``out/seed-<seed>.json`` when made with the same models, plan and matcher
     version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
@@ -38,7 +39,7 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     from captioner.world.zeroshot import PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
 
-    key = {"models": _models_key(preset, seed), "text": list(text_keys or TEXT_ENCODERS),
+    key = {"models": _models_key(preset, seed, scenes), "text": list(text_keys or TEXT_ENCODERS),
            "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
            "decoder": DECODER, "decode_input": DECODE_INPUT,
            "prototype_weight": PROTOTYPE_WEIGHT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
@@ -57,7 +58,7 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     t0 = time.time()
     st = setting(seed)
     rows = run_seed(st, preset, key["text"], key["rotations"], device=device, progress=show, decoder_dir=out,
-                    random_rotations=key["random_rotations"])
+                    random_rotations=key["random_rotations"], scenes=scenes)
     cider(rows, st.test)
     atomic_write_json(path, {"key": key, "rows": rows, "seconds": round(time.time() - t0, 1)})
     return rows
@@ -144,21 +145,25 @@ def targets(rows: list[dict]) -> dict:
 
 
 def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "cpu", progress: bool = True,
-                 text_keys=None, rotation_keys=None, random_rotations: int | None = None) -> dict:
+                 text_keys=None, rotation_keys=None, random_rotations: int | None = None, scenes: str = "all") -> dict:
     """Rows for every seed (missing models: a one-line error naming the training command), the aggregate,
-    the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``).
+    the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``,
+    ``report-<preset>-train`` for the encoders trained on the train scenes only: ``scenes`` "train").
     ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
     from captioner.paths import atomic_write_json, home
     from captioner.world.setting import disjoint_sides, setting
 
     if not seeds:
         raise CaptionerError("world report: give at least one seed")
-    out = Path(out) if out else home() / "world" / f"report-{preset}"
+    from captioner.world.models import check_scenes
+
+    check_scenes(scenes)
+    out = Path(out) if out else home() / "world" / (f"report-{preset}" + ("" if scenes == "all" else f"-{scenes}"))
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys,
-                                                random_rotations)]
-    res = {"preset": preset, "seeds": [int(s) for s in seeds],
+                                                random_rotations, scenes)]
+    res = {"preset": preset, **({} if scenes == "all" else {"scenes": scenes}), "seeds": [int(s) for s in seeds],
            "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
            "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
     res["examples"] = _examples(rows)
@@ -184,7 +189,8 @@ def _cell(st: dict | None, scale: float = 1.0, nd: int = 3) -> str:
 def format_table(res: dict) -> str:
     """Markdown: the main table, zero-shot per attribute for the text JEPA, and the targets."""
     n = len(res["seeds"])
-    lines = [f"World preset `{res['preset']}`, seeds {res['seeds']} (mean +- std over {n}).", "",
+    on = "" if res.get("scenes", "all") == "all" else f", encoders trained on the {res['scenes']} scenes only"
+    lines = [f"World preset `{res['preset']}`{on}, seeds {res['seeds']} (mean +- std over {n}).", "",
              "| text encoder | rotation | " + " | ".join(lab for _, lab in METRICS) + " |",
              "| --- | --- | " + " | ".join("---:" for _ in METRICS) + " |"]
     for e in res["table"]:
@@ -250,5 +256,6 @@ def world_section() -> str | None:
     if not found:
         return None
     res = json.loads(found[-1].read_text())
+    scenes = "" if res.get("scenes", "all") == "all" else f" --scenes {res['scenes']}"
     return (f"## The JEPA world (`python -m eval world report --preset {res['preset']} --seeds "
-            f"{','.join(map(str, res['seeds']))}`)\n\n" + format_table(res))
+            f"{','.join(map(str, res['seeds']))}{scenes}`)\n\n" + format_table(res))
