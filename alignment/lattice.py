@@ -261,7 +261,8 @@ def _estimate_both(X, Y, seed, max_attrs, max_values) -> tuple[tuple, np.ndarray
 def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS,
                   correspondence: str | None = None, drop_incomplete: bool | None = None, max_attrs: int = 6,
                   max_values: int = 8, **_ignored):
-    """The rotation from X's space into Y's through the shared attribute lattice (module docstring).
+    """Long: the parameters and the estimated-cards path are documented here. The rotation from X's space into
+    Y's through the shared attribute lattice (module docstring).
 
     Parameters
     ----------

@@ -128,7 +128,7 @@ class DemoHandlers:
         self.classifier = classifier
         # captions.md: the classifier names the validation photos' subject most often; a fake has only rotations
         self.captioners = (["classifier"] if classifier is not None else []) + captioner_names(uses_rotation=True)
-        self.default_captioner = self.captioners[0]
+        self.default_captioner = "classifier" if classifier is not None else "decoder"  # as the demo always did
 
     # -- pipelines -------------------------------------------------------------------------------------
     def pipeline(self, image_encoder: str | None = None, text_encoder: str | None = None):

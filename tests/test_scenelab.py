@@ -124,7 +124,7 @@ class _Seen(Exception):
 
 @pytest.fixture
 def train_config(monkeypatch, tmp_path):
-    """``train_config(kind, cfg)``: the TrainConfig ``_train_and_load`` hands to ``train`` (which never runs)."""
+    """``train_config(kind, cfg)``: the TrainConfig ``train_and_load`` hands to ``train`` (which never runs)."""
     from captioner.jepa import train as T
 
     def fake_train(tc, out, **kw):
@@ -135,7 +135,7 @@ def train_config(monkeypatch, tmp_path):
 
     def get(kind, cfg):
         with pytest.raises(_Seen) as e:
-            R._train_and_load(kind, cfg, None, tmp_path / f"{kind}-{next(calls)}", False, 5, 0)
+            R.train_and_load(kind, cfg, None, tmp_path / f"{kind}-{next(calls)}", False, 5, 0)
         return e.value.args[0]
 
     return get
@@ -202,7 +202,7 @@ def test_init_from_its_own_folder_is_refused(tmp_path):
     from captioner.errors import CaptionerError
 
     with pytest.raises(CaptionerError, match="own folder"):
-        R._train_and_load("text-jepa", S.LabConfig(init_from=str(tmp_path)), None, tmp_path / "text-jepa", False, 5, 0)
+        R.train_and_load("text-jepa", S.LabConfig(init_from=str(tmp_path)), None, tmp_path / "text-jepa", False, 5, 0)
 
 
 def test_linear_predictor():
@@ -266,7 +266,7 @@ def test_restarts_keep_the_lowest_final_loss_and_init_from_follows(tmp_path, mon
         _fake_log(out, [1.0] * 9 + [final[seed]])
         return f"model-{seed}", f"cfg-{seed}", {}
 
-    monkeypatch.setattr(R, "_train_and_load", fake)
+    monkeypatch.setattr(R, "train_and_load", fake)
     model, tc, _, losses, models = R._train_best("text-jepa", S.LabConfig(restarts=3), None,
                                                  tmp_path / "text-jepa", False, 10)
     assert seen == [("text-jepa", 0), ("text-jepa-r1", 1000), ("text-jepa-r2", 2000)]

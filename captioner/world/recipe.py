@@ -134,7 +134,7 @@ def augment_config(cfg: LabConfig):
     return AugmentConfig(**{k: tuple(v) if isinstance(v, list) else v for k, v in cfg.augment.items()})
 
 
-def _train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, seed: int, **over):
+def train_and_load(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, seed: int, **over):
     from pathlib import Path
 
     from captioner.errors import CaptionerError
@@ -212,7 +212,7 @@ RESTART_SEED_STEP = 1000   # restart r of a JEPA trains from init seed cfg.seed 
 
 
 def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int, **over):
-    """``_train_and_load`` ``restarts_of(cfg, kind)`` times (the first in ``out``, the others in ``out``-r1,
+    """``train_and_load`` ``restarts_of(cfg, kind)`` times (the first in ``out``, the others in ``out``-r1,
     ...), and the one with the lowest ``final_loss``; also returns [(seed, final loss)] and the model of
     every restart."""
     from pathlib import Path
@@ -221,7 +221,7 @@ def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int
     for r in range(restarts_of(cfg, kind)):
         run = Path(out) if r == 0 else Path(f"{out}-r{r}")
         init = cfg.seed + RESTART_SEED_STEP * r
-        got = _train_and_load(kind, cfg, data, run, progress, steps, init, **over)
+        got = train_and_load(kind, cfg, data, run, progress, steps, init, **over)
         losses.append((init, final_loss(run)))
         models.append(got[0])
         if best is None or losses[-1][1] < best[0]:
@@ -252,7 +252,7 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
                         augment=asdict(aug), **over)
     text = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len), out / "text-jepa", progress,
                        cfg.text_steps, **over)
-    ntp_model, _, _ = _train_and_load("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed),
+    ntp_model, _, _ = train_and_load("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed),
                                       out / "ntp", progress, cfg.text_steps, cfg.seed, **over)
     torch.manual_seed(cfg.seed)
     untrained = build_model("text-jepa", text[1].text, obj=text[1].objective)

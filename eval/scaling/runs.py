@@ -73,7 +73,7 @@ def _image_side(cfg: ScalingConfig, out: Path, scenes, lab, test_ims, progress: 
     base = resolve_config("image-jepa", cfg.model_preset, image=lab_img.image or None)
     aug = S.augment_config(lab)
     data = V.ImageViews(W.render_array(scenes, lab.n_renders, base.image.image_size, seed=cfg.world_seed), aug)
-    model, _, _ = S._train_and_load("image-jepa", lab_img, data, out / "image-jepa", progress, cfg.image_steps,
+    model, _, _ = S.train_and_load("image-jepa", lab_img, data, out / "image-jepa", progress, cfg.image_steps,
                                     cfg.world_seed, augment=asdict(aug))
     X = E.embed_images(model, test_ims)
     np.save(path, X)
@@ -115,7 +115,7 @@ def run_one(cfg: ScalingConfig, method: str, n: int, seed: int, corpus, test_cap
     run_dir = out / "tmp" / f"{kind}-n{n}-s{seed}"
     t0 = time.time()
     if cfg.lab:     # exactly as the scene lab trains its text side
-        model, tc, summary = S._train_and_load(kind, lab_config(cfg), data, run_dir, progress, steps, seed)
+        model, tc, summary = S.train_and_load(kind, lab_config(cfg), data, run_dir, progress, steps, seed)
     else:
         summary = train(tc, run_dir, resume=True, data=data, progress=progress)
         ck = load_checkpoint(run_dir)

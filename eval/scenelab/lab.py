@@ -19,6 +19,7 @@ from captioner.world.recipe import (  # noqa: F401  (the lab's names, as before 
     kept_run,
     lab_config,
     restarts_of,
+    train_and_load,
     train_models,
 )
 from captioner.world.scenes import LATENT_DIM, held_out_pairs, latent_features
