@@ -16,7 +16,7 @@ def ms_since(t0: float) -> float:
 
 
 def _latest_scaling_plot() -> str | None:
-    """The newest scaling-law plot written by `captioner scaling` under the home folder, if any."""
+    """The newest scaling-law plot written by `python -m eval scaling` under the home folder, if any."""
     from captioner.paths import home
 
     try:

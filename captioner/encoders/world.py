@@ -3,7 +3,7 @@
 ``?seed=N&preset=P`` (default seed 0, the trained preset found: lab, gpu, then quick) and ``&scenes=train``
 (encoders trained on the seed's train scenes only: ``captioner world train --scenes train``). They resolve to the
 checkpoints ``captioner world train`` keeps under ``<home>/world/<preset>-s<seed>``. Their rows are unit-length,
-the space ``captioner world report`` measures in: the pipeline on the world (``captioner eval coco --dataset
+the space ``python -m eval world report`` measures in: the pipeline on the world (``captioner eval coco --dataset
 world``, the demo) then fits and applies its maps where the report does (the lattice matcher, fitted on the raw
 rows, found a worse map for seed 1: colour zero-shot 46 % against 80 % on unit rows)."""
 from __future__ import annotations
