@@ -186,7 +186,8 @@ def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher
                   dim: int | None = None, scale: bool = False, progress: bool = False,
                   cards: str | None = None) -> Fitted:
     """Both clouds shuffled apart (no row order can leak pairs), at most ``max`` rows a side, then matched.
-    ``cards`` (attribute cardinalities, "6,2,3,3,3") goes to the ``lattice`` matcher, which needs it."""
+    ``cards`` (attribute cardinalities, "6,2,3,3,3") goes to the ``lattice`` matcher; without it the matcher
+    estimates them from each cloud (``alignment.lattice.estimate_cards``)."""
     from alignment.maps import jsonable
     from alignment.pairfree import match
 
@@ -199,9 +200,6 @@ def _fit_pairfree(src: FitSource, max: int | None = None, seed: int = 0, matcher
         kw = {"method": matcher, "dim": dim, "seed": seed, "progress": progress}
     if scale and matcher == "ours":
         kw["fit_scale"] = True
-    if matcher == "lattice" and cards is None:
-        raise CaptionerError("the lattice matcher needs the number of values of each attribute: --cards 6,2,3,3,3 "
-                             "(cards='6,2,3,3,3' in Python)")
     if cards is not None:
         if matcher != "lattice":
             raise CaptionerError(f"cards={cards!r} is an option of the lattice matcher, not of {matcher!r}")

@@ -36,6 +36,9 @@ ROTATIONS = {
                          "pair-free lattice (disjoint scenes)"),
     "lattice-same": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "same",
                      "pair-free lattice (same scenes)"),
+    # nothing from the world's definition: the attributes and their cardinalities estimated from each cloud
+    "lattice-estimated": ("pairfree", {"matcher": "lattice", "max": None}, "disjoint",
+                          "pair-free lattice, cards estimated (disjoint scenes)"),
     "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
     "random": ("random", {}, "same", "random rotation"),
 }
