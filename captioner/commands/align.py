@@ -148,7 +148,7 @@ class _CacheSource:
               help="pairfree: the matcher (captioner align matchers lists them with one line each).")
 @click.option("--cards", default=None,
               help="lattice matcher: the number of values of each attribute, e.g. 6,2,3,3,3 for the world "
-                   "(colour, size, column, row, background).")
+                   "(colour, size, column, row, background); omitted, they are estimated from each cloud.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 def fit_cmd(method, image_cache, text_cache, out, dim, shared, scale, reduce, text_rows, alpha, matcher, cards,
