@@ -37,11 +37,14 @@ ROTATIONS = {
     "lattice-same": ("pairfree", {"matcher": "lattice", "cards": CARDS, "max": None}, "same",
                      "pair-free lattice (same scenes)"),
     # nothing from the world's definition: the attributes and their cardinalities estimated from each cloud
+    # (opt-in, not in the default report: on the next-token model's cloud the estimate ran over 15 min)
     "lattice-estimated": ("pairfree", {"matcher": "lattice", "max": None}, "disjoint",
                           "pair-free lattice, cards estimated (disjoint scenes)"),
     "gw": ("pairfree", {"matcher": "gw", "max": 400}, "disjoint", "POT GW (disjoint scenes, 400 a side)"),
     "random": ("random", {}, "same", "random rotation"),
 }
+# the report's rotations when none are named (the opt-in ones run only when named)
+DEFAULT_ROTATIONS = [k for k in ROTATIONS if k != "lattice-estimated"]
 
 # the text-only decoder of each text encoder: trained on the train bank's captions alone (cached)
 DECODER = {"preset": "tiny", "steps": 1000, "d_model": 128, "max_len": 32, "vocab_max": 2000, "lr": 2e-3,

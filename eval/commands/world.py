@@ -17,8 +17,8 @@ def cli():
 @click.option("--text", "texts", default=None,
               help="text encoders, comma-separated (default all: text-jepa,ntp,ntp-last,untrained,minilm-l6)")
 @click.option("--rotations", default=None,
-              help="rotations, comma-separated (default all: paired,pairfree-disjoint,pairfree-same,pairfree-uniform,"
-                   "lattice-disjoint,lattice-same,gw,random)")
+              help="rotations, comma-separated (default: paired,pairfree-disjoint,pairfree-same,pairfree-uniform,"
+                   "lattice-disjoint,lattice-same,gw,random; lattice-estimated only when named)")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="folder for results.json and world.md (default $CAPTIONER_HOME/world/report-<preset>)")
 @click.option("--device", default="cpu", show_default=True)

@@ -24,7 +24,7 @@ from captioner.encoders.base import l2n
 from captioner.world.scenes import CARDS  # noqa: F401  (the lattice matcher's one piece of knowledge)
 
 # the rotations table, the decoder and what it reads: the product's (the demo's world pipeline uses them)
-from captioner.world.setting import DECODE_INPUT, DECODER, ROTATIONS
+from captioner.world.setting import DECODE_INPUT, DECODER, DEFAULT_ROTATIONS, ROTATIONS  # noqa: F401
 
 # key -> (table label, registry encoder name)
 TEXT_ENCODERS = {
@@ -198,7 +198,7 @@ def run_seed(st, preset: str, text_keys=None, rotation_keys=None, device: str = 
         ctx = text_context(name, st, device)
         meta = {"x_encoder": get_encoder(img).fingerprint(), "y_encoder": get_encoder(name).fingerprint()}
         dec = decoder_for(name, ctx, Path(decoder_dir) / f"decoder-s{st.seed}-{tk}.pt", device) if decoder_dir else None
-        plan = [(rk, {"seed": r} if rk == "random" else {}) for rk in rotation_keys or list(ROTATIONS)
+        plan = [(rk, {"seed": r} if rk == "random" else {}) for rk in rotation_keys or DEFAULT_ROTATIONS
                 for r in range(max(1, random_rotations) if rk == "random" else 1)]
         for rk, over in plan:
             t0 = time.time()

@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from captioner.errors import CaptionerError
-from eval.world.chain import ROTATIONS, TEXT_ENCODERS
+from eval.world.chain import DEFAULT_ROTATIONS, ROTATIONS, TEXT_ENCODERS
 
 METRICS = (("matcher_accuracy", "matcher acc."), ("residual", "held-out residual"), ("r_at_1", "R@1 img->cap"),
            ("cider_x100", "CIDEr x100 (retrieval)"), ("cider_decoded_x100", "CIDEr x100 (decoder)"),
@@ -40,7 +40,7 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
 
     key = {"models": _models_key(preset, seed, scenes), "text": list(text_keys or TEXT_ENCODERS),
-           "rotations": list(rotation_keys or ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
+           "rotations": list(rotation_keys or DEFAULT_ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
            "decoder": DECODER, "decode_input": DECODE_INPUT,
            "prototype_weight": PROTOTYPE_WEIGHT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
            "matcher_version": MATCHER_VERSION}
