@@ -62,8 +62,9 @@ def test_world_training_keeps_the_text_jepa_restart_with_the_lowest_final_loss(c
     folder = WM.world_dir("smoke", 3)
     losses = [final_loss(folder / r) for r in ("text-jepa", "text-jepa-r1")]
     kept = "text-jepa" if losses[0] <= losses[1] else "text-jepa-r1"
-    assert meta["runs"] == {"image-jepa": "image-jepa", "text-jepa": kept}
-    assert [s for s, _ in meta["restarts"]["text-jepa"]] == [3, 1003] and len(meta["restarts"]["image-jepa"]) == 1
+    assert meta["runs"] == {"image-jepa": "image-jepa", "text-jepa": kept, "ntp": "ntp"}
+    assert [s for s, _ in meta["restarts"]["text-jepa"]] == [3, 1003]
+    assert len(meta["restarts"]["image-jepa"]) == len(meta["restarts"]["ntp"]) == 1
     path, _ = WM.checkpoint_for("world-text-jepa", "smoke", 3)
     assert path == folder / kept / "checkpoint.pt" and meta["encoders"]["world-text-jepa"] == str(folder / kept)
     assert get_encoder("world-text-jepa?preset=smoke&seed=3", cache=False).dim == 12

@@ -40,11 +40,12 @@ def train_cli(preset, seed, device, scenes, as_json, quiet):
         click.echo(json.dumps(meta, indent=2))
         return
     click.echo(f"world {preset} seed {seed}: encoders in {world_dir(preset, seed, scenes)} ({meta['seconds']} s this call)")
-    runs = (meta.get("restarts") or {}).get("text-jepa") or []
-    if len(runs) > 1:   # which of the text JEPA's runs the registry loads, and why
-        kept = meta["runs"]["text-jepa"]
-        click.echo(f"  text JEPA: {len(runs)} runs (init seeds {', '.join(str(s) for s, _ in runs)}), final training "
-                   f"loss {', '.join(f'{v:.4f}' for _, v in runs)}; kept the lowest: {kept}")
+    labels = {"image-jepa": "image JEPA", "text-jepa": "text JEPA", "ntp": "next-token LM"}
+    for kind, runs in (meta.get("restarts") or {}).items():
+        if len(runs) > 1:   # which of the runs the registry loads, and why
+            kept = meta["runs"][kind]
+            click.echo(f"  {labels.get(kind, kind)}: {len(runs)} runs (init seeds {', '.join(str(s) for s, _ in runs)}), "
+                       f"final training loss {', '.join(f'{v:.4f}' for _, v in runs)}; kept the lowest: {kept}")
 
 
 @cli.command("renders")

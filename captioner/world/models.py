@@ -22,7 +22,10 @@ from captioner.errors import CaptionerError
 PRESETS = {
     "smoke": {"n_train": 64, "image_steps": 4, "text_steps": 4, "batch_size": 16},
     "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
-    "lab": {"text_restarts": 3},
+    # one restart policy for every encoder (issue 40): each of the image JEPA, the text JEPA and the next-token
+    # LM is trained 3 times (init seeds seed, seed + 1000, seed + 2000) and the run with the lowest final
+    # training loss is kept; no label, no pair, no test figure in the choice
+    "lab": {"restarts": 3},
     "gpu": {"n_train": 24000, "image_steps": 4800, "text_steps": 3200, "batch_size": 128},
 }
 # registry name -> (run folder, pooling)

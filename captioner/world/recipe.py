@@ -199,7 +199,8 @@ def final_loss(run, frac: float = 0.1) -> float:
 
 
 def restarts_of(cfg: LabConfig, kind: str) -> int:
-    """How many times ``kind`` is trained: ``text_restarts`` for the text JEPA when set, else ``restarts``."""
+    """How many times ``kind`` (image-jepa, text-jepa, ntp) is trained: ``text_restarts`` for the text JEPA when
+    set, else ``restarts``."""
     n = cfg.text_restarts if kind == "text-jepa" and cfg.text_restarts is not None else cfg.restarts
     if n < 1:
         from captioner.errors import CaptionerError
@@ -231,8 +232,9 @@ def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int
 
 def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     """The lab's world and its three trained encoders (reused or resumed from ``out``) and an untrained
-    one: {"scenes", "corpus", "img_data", "max_len", "image", "text", "ntp", "untrained"}; "image" and
-    "text" are ``_train_best``'s (model, config, summary, restart losses, restart models). ``over``: more
+    one: {"scenes", "corpus", "img_data", "max_len", "image", "text", "ntp", "ntp_runs", "untrained"}; "image",
+    "text" and "ntp_runs" are ``_train_best``'s (model, config, summary, restart losses, restart models), "ntp"
+    the kept next-token model (one policy for every encoder: ``restarts`` runs, the lowest final loss kept). ``over``: more
     TrainConfig settings for all three (e.g. ``device="auto"``; runtime fields only, or the checkpoints
     found in ``out`` are refused)."""
     import torch
@@ -252,9 +254,9 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
                         augment=asdict(aug), **over)
     text = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len), out / "text-jepa", progress,
                        cfg.text_steps, **over)
-    ntp_model, _, _ = train_and_load("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed),
-                                      out / "ntp", progress, cfg.text_steps, cfg.seed, **over)
+    ntp = _train_best("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed), out / "ntp",
+                      progress, cfg.text_steps, **over)
     torch.manual_seed(cfg.seed)
     untrained = build_model("text-jepa", text[1].text, obj=text[1].objective)
     return {"scenes": scenes, "corpus": corpus, "img_data": img_data, "max_len": base.text.max_len,
-            "image": image, "text": text, "ntp": ntp_model, "untrained": untrained}
+            "image": image, "text": text, "ntp": ntp[0], "ntp_runs": ntp, "untrained": untrained}

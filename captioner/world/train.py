@@ -52,8 +52,9 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
     t = train_models(cfg, out, progress, device=device)
     from dataclasses import asdict
 
-    # each JEPA's restarts [(init seed, final loss)] and the kept one (the lowest loss; the first when trained once)
-    restarts = {kind: t[side][3] for kind, side in (("image-jepa", "image"), ("text-jepa", "text"))}
+    # each model's restarts [(init seed, final loss)] and the kept one (the lowest loss; the first when trained once)
+    restarts = {kind: t[side][3] for kind, side in (("image-jepa", "image"), ("text-jepa", "text"),
+                                                    ("ntp", "ntp_runs"))}
     runs = {kind: kept_name(kind, losses) for kind, losses in restarts.items()}
     meta = {"preset": preset, "seed": seed, **({} if scenes == "all" else {"scenes": scenes}),
             "world": fingerprint(), "config": asdict(cfg),
