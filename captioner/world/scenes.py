@@ -101,15 +101,33 @@ def observe(scene: Scene, rng, corrupt: float = CORRUPT) -> Scene:
     return Scene(*vals)
 
 
-def describe(scene: Scene, seed: int = 0, corrupt: float = CORRUPT) -> str:
+def describe(scene: Scene, seed: int = 0, corrupt: float = CORRUPT, omit: str | None = None) -> str:
     """One caption of ``scene`` (an observation: ``corrupt`` > 0 may misreport attributes); template and
-    synonyms depend on ``seed``."""
+    synonyms depend on ``seed``. ``omit``: an attribute (colour, size, col, row, background) the caption
+    leaves out, as people leave out what they do not think worth saying (its phrase dropped from the
+    template; ``read_caption`` then reads None for it)."""
+    import re
+
+    if omit is not None and omit not in ATTRS:
+        raise ValueError(f"unknown attribute {omit!r} to omit; choose one of {', '.join(ATTRS)}")
     rng = np.random.default_rng(seed)
     o = observe(scene, rng, corrupt)
     words = {"noun": NOUNS, "colour": COLOURS[o.colour][1], "size": SIZES[o.size][1], "col": COLS[o.col][1],
              "row": ROWS[o.row][1], "bg": BACKGROUNDS[o.background][1]}
     t = TEMPLATES[rng.integers(len(TEMPLATES))]
-    s = t.format(**{k: v[rng.integers(len(v))] for k, v in words.items()})
+    chosen = {k: v[rng.integers(len(v))] for k, v in words.items()}
+    if omit is not None:
+        chosen["bg" if omit == "background" else omit] = ""
+    s = t.format(**chosen)
+    if omit is not None:   # the template's words and punctuation around the dropped phrase
+        s = re.sub(r"\s+", " ", s)
+        s = re.sub(r"\b(and it is|that is|coloured)\s*(?=,|$)", "", s)
+        s = re.sub(r"\band\s*(?=,|$)", "", s)
+        s = re.sub(r",\s*and\b", ",", s) if s.startswith(("a noun", "a circle", "a disc", "a dot", "a round")) else s
+        s = re.sub(r"\s+,", ",", s)
+        s = re.sub(r",(\s*,)+", ",", s)
+        s = re.sub(r"^\s*and\s+|\band (?=you can see)", "", s)
+        s = re.sub(r"\s+", " ", s).strip(" ,")
     return s[0].upper() + s[1:] + "."
 
 

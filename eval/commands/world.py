@@ -15,10 +15,12 @@ def cli():
 @click.option("--preset", type=click.Choice(["quick", "lab", "gpu"]), default="lab", show_default=True)
 @click.option("--seeds", default="0,1,2", show_default=True, help="world seeds, comma-separated (each trained)")
 @click.option("--text", "texts", default=None,
-              help="text encoders, comma-separated (default all: text-jepa,ntp,ntp-last,untrained,minilm-l6)")
+              help="text encoders, comma-separated (default all: text-jepa,ntp,ntp-last,untrained,minilm-l6; with "
+                   "--scenes train: text-jepa,ntp,untrained)")
 @click.option("--rotations", default=None,
               help="rotations, comma-separated (default: paired,pairfree-disjoint,pairfree-same,pairfree-uniform,"
-                   "lattice-disjoint,lattice-same,gw,random; lattice-estimated only when named)")
+                   "lattice-disjoint,lattice-same,gw,random; with --scenes train: paired,lattice-disjoint,"
+                   "lattice-estimated,auto-disjoint,random)")
 @click.option("--out", type=click.Path(file_okay=False), default=None,
               help="folder for results.json and world.md (default $CAPTIONER_HOME/world/report-<preset>)")
 @click.option("--device", default="cpu", show_default=True)

@@ -11,7 +11,12 @@ from pathlib import Path
 import numpy as np
 
 from captioner.errors import CaptionerError
+from captioner.world.setting import TRAIN_SCENES_ROTATIONS
 from eval.world.chain import DEFAULT_ROTATIONS, ROTATIONS, TEXT_ENCODERS
+
+# the text encoders of the report on the encoders trained on the train scenes only: the good-views JEPA and
+# the two nulls (bad views, no training)
+TRAIN_SCENES_TEXT = ["text-jepa", "ntp", "untrained"]
 
 METRICS = (("matcher_accuracy", "matcher acc."), ("residual", "held-out residual"), ("r_at_1", "R@1 img->cap"),
            ("cider_x100", "CIDEr x100 (retrieval)"), ("cider_decoded_x100", "CIDEr x100 (decoder)"),
@@ -39,8 +44,10 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     from captioner.world.zeroshot import PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
 
-    key = {"models": _models_key(preset, seed, scenes), "text": list(text_keys or TEXT_ENCODERS),
-           "rotations": list(rotation_keys or DEFAULT_ROTATIONS), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
+    train = scenes == "train"
+    key = {"models": _models_key(preset, seed, scenes),
+           "text": list(text_keys or (TRAIN_SCENES_TEXT if train else TEXT_ENCODERS)),
+           "rotations": list(rotation_keys or (TRAIN_SCENES_ROTATIONS if train else DEFAULT_ROTATIONS)), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
            "decoder": DECODER, "decode_input": DECODE_INPUT,
            "prototype_weight": PROTOTYPE_WEIGHT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
            "matcher_version": MATCHER_VERSION}
@@ -93,7 +100,7 @@ def aggregate(rows: list[dict]) -> list[dict]:
 
 
 # the pair-free rotations fitted on disjoint scenes that the targets are checked for
-DISJOINT = ("pairfree-disjoint", "lattice-disjoint")
+DISJOINT = ("pairfree-disjoint", "lattice-disjoint", "lattice-estimated", "auto-disjoint")
 
 
 def _in_world_order(attrs) -> list:
