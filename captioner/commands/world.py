@@ -6,6 +6,8 @@ import json
 
 import click
 
+from captioner.world.models import PRESETS
+
 
 @click.group()
 def cli():
@@ -14,7 +16,7 @@ def cli():
 
 
 @cli.command("train")
-@click.option("--preset", type=click.Choice(["smoke", "quick", "lab", "gpu"]), default="lab", show_default=True,
+@click.option("--preset", type=click.Choice(list(PRESETS)), default="lab", show_default=True,
               help="smoke (4 steps per model: checks the command or a launch, not a usable world), quick (about a "
                    "minute: tests), lab (the scene lab's training, the text JEPA 3 times: ~15 min on 2 cores), "
                    "gpu (twice the scenes and steps: the device check)")

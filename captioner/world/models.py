@@ -22,6 +22,8 @@ from captioner.errors import CaptionerError
 PRESETS = {
     "smoke": {"n_train": 64, "image_steps": 4, "text_steps": 4, "batch_size": 16},
     "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
+    # the smallest world that is one: the headline test trains it from nothing (tests/test_world_headline.py)
+    "ci": {"n_train": 4000, "image_steps": 1500, "text_steps": 1000},
     # one restart policy for every encoder (issue 40): each of the image JEPA, the text JEPA and the next-token
     # LM is trained 3 times (init seeds seed, seed + 1000, seed + 2000) and the run with the lowest final
     # training loss is kept; no label, no pair, no test figure in the choice
