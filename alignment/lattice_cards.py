@@ -255,8 +255,9 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     if len(C0) > MAX_VERTICES:
         C0 = C0[np.sort(rng.choice(len(C0), MAX_VERTICES, replace=False))]
     if len(C0) <= d + 1:
-        raise AlignmentError(f"estimate_cards: {len(C0)} distinct points in {d} lattice dimensions; this side "
-                             "needs more distinct items")
+        raise AlignmentError(f"estimate_cards: {len(C0)} distinct points in {d} lattice dimensions, too few to "
+                             "estimate the attributes from; give this side more distinct items, or give the "
+                             "cards (match_lattice(cards=...), `captioner align fit --cards 6,2,3,3,3`)")
     cm = C0.mean(0)
     evv, U = np.linalg.eigh(np.cov(C0 - cm, rowvar=False, bias=True))
     T = U / np.sqrt(np.maximum(evv, evv.max() * 1e-9))               # whitening of the distinct points

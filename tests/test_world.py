@@ -38,6 +38,43 @@ def test_a_world_config_with_an_empty_attribute_is_refused(monkeypatch):
         data.scene_splits(0)
     with pytest.raises(CaptionerError, match="no attributes"):
         data.check_attributes({})
+    # one value: no dimension to learn or match; refused before any training
+    with pytest.raises(CaptionerError, match=r"attribute 'size' has one value \('small'\).*at least two values"):
+        data.check_attributes({**W.ATTRS, "size": ["small"]})
+
+
+def test_world_text_encoders_refuse_words_they_never_saw(captioner_home):
+    """A caption with a word outside the world's vocabulary is refused in one line naming it (the world's text
+    encoders would embed it from untrained token vectors); the world's own captions, omissions included, pass."""
+    from click.testing import CliRunner
+
+    from captioner.cli import cli
+    from captioner.encoders import get_encoder
+    from captioner.world import scenes as W
+
+    assert W.unknown_words(["A magenta disc on the left.", "A tiny dot, crimson, at the top.", "magenta"]) == ["magenta"]
+    sc = W.all_scenes()[7]
+    ok = [W.describe(sc, seed=k, corrupt=0.0, omit=a) for k in range(20) for a in (None, *W.ATTRS)]
+    assert W.unknown_words(ok) == []
+    r = CliRunner().invoke(cli, ["world", "train", "--preset", "smoke", "--seed", "0", "--quiet"])
+    assert r.exit_code == 0, r.output
+    enc = get_encoder("world-text-jepa?preset=smoke&seed=0", cache=False)
+    assert enc.encode(ok[:3]).shape == (3, 12)
+    with pytest.raises(CaptionerError, match=r"never saw the word 'magenta' in training.*rephrase") as e:
+        enc.encode(["A magenta disc on the left."])
+    assert "\n" not in str(e.value)
+
+
+def test_cards_that_cannot_be_estimated_are_refused_naming_the_fix():
+    """Too few distinct scenes for the lattice's dimensions: one line that says to give more items or the cards."""
+    from alignment.errors import AlignmentError
+    from alignment.lattice_cards import estimate_cards
+
+    rng = np.random.default_rng(0)
+    Z = np.repeat(rng.standard_normal((8, 12)), 5, axis=0)       # 8 distinct points in 12 dimensions
+    with pytest.raises(AlignmentError, match=r"8 distinct points in \d+ lattice dimensions, too few.*--cards") as e:
+        estimate_cards(Z)
+    assert "\n" not in str(e.value)
 
 
 def test_world_encoders_name_the_training_command_when_absent(captioner_home):

@@ -21,6 +21,22 @@ def world_encoder(name: str, device: str = "cpu", preset: str | None = None, see
     enc.name = name if preset is None and not seed else f"{name}?preset={preset or ''}&seed={seed}"
     if scenes != "all":
         enc.name += f"{'&' if '?' in enc.name else '?'}scenes={scenes}"
+    if name != "world-image-jepa":   # a text encoder: words it never saw in training are refused, not embedded
+        raw = enc.encode
+
+        def encode(items, *args, **kwargs):
+            from captioner.errors import CaptionerError
+            from captioner.world.scenes import unknown_words
+
+            bad = unknown_words(items)
+            if bad:
+                raise CaptionerError(f"{name} never saw the word{'s' if len(bad) > 1 else ''} "
+                                     f"{', '.join(repr(w) for w in bad[:5])} in training: the world's captions use "
+                                     "only its own words (captioner/world/scenes.py: NOUNS, TEMPLATES, VALUE_WORDS); "
+                                     "rephrase with them, e.g. 'a small red disc on the left'")
+            return raw(items, *args, **kwargs)
+
+        enc.encode = encode
     return enc
 
 

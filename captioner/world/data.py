@@ -30,7 +30,11 @@ def check_attributes(attrs: dict | None = None) -> dict:
         raise CaptionerError("world config: no attributes; give ATTRS in captioner/world/scenes.py at least one")
     for name, values in attrs.items():
         if not values:
-            raise CaptionerError(f"world config: attribute {name!r} has no values; give it at least one value "
+            raise CaptionerError(f"world config: attribute {name!r} has no values; give it at least two values "
+                                 "(ATTRS in captioner/world/scenes.py) or drop it")
+        if len(values) == 1:
+            raise CaptionerError(f"world config: attribute {name!r} has one value ({values[0]!r}), which spans no "
+                                 "dimension and tells no scene apart; give it at least two values "
                                  "(ATTRS in captioner/world/scenes.py) or drop it")
     return attrs
 

@@ -146,6 +146,27 @@ def read_caption(text: str) -> dict:
     return out
 
 
+def vocabulary() -> frozenset:
+    """Every word (lower case, letters only) that a caption of the world can hold: its nouns, its templates'
+    words and every value phrase. The world's text encoders saw no other word in training."""
+    import re
+
+    text = " ".join(NOUNS + TEMPLATES + [p for table in VALUE_WORDS.values() for _, ps in table.values() for p in ps])
+    return frozenset(re.findall(r"[a-z]+", re.sub(r"\{[a-z]+\}", " ", text.lower())))
+
+
+def unknown_words(texts) -> list[str]:
+    """The words of ``texts`` outside the world's ``vocabulary``, in order of first appearance."""
+    import re
+
+    vocab, out = vocabulary(), []
+    for t in texts:
+        for w in re.findall(r"[a-z]+", str(t).lower()):
+            if w not in vocab and w not in out:
+                out.append(w)
+    return out
+
+
 def captions(scene: Scene, n: int, seed: int = 0, corrupt: float = CORRUPT) -> list[str]:
     """``n`` distinct captions (observations) of ``scene``."""
     out, k = [], 0
