@@ -691,3 +691,38 @@ def test_world_train_on_the_train_scenes_keeps_its_own_folder_and_encoders(capti
     assert enc.dim == 12 and enc.name.endswith("&scenes=train")
     with pytest.raises(CaptionerError, match=r"--preset smoke --seed 4`"):
         get_encoder("world-text-jepa?preset=smoke&seed=4", cache=False)
+
+
+def test_world_prior_caption_side_perturbs_the_prior_and_omits_at_the_rates_asked():
+    """The world-prior experiment's caption side: clean captions of the disjoint setting's caption scenes only,
+    a share ``omit`` of them leaving out exactly one attribute (size, at rate 0.3, more often than colour at
+    0.1), each naming its own scene's values where it names one; a perturbed prior moves the value frequencies."""
+    from captioner.world import scenes as W
+    from captioner.world.setting import setting
+    from eval.experiments.world_prior import caption_side, parse_grid
+
+    st = setting(0)
+    texts, keys = caption_side(st, 0.3, 0.2, 0)
+    assert len(texts) == len(keys) == 5000
+    assert set(keys) <= {st.bank_scene[j] for j in st.uniform_captions}
+    read = [W.read_caption(t) for t in texts]
+    missing = [[a for a, v in r.items() if v is None] for r in read]
+    assert max(len(m) for m in missing) == 1
+    assert abs(np.mean([bool(m) for m in missing]) - 0.2) < 0.03
+    counts = {a: sum(m == [a] for m in missing) for a in W.ATTRS}
+    assert counts["size"] > 2 * counts["colour"] > 0
+    index = {sc.key(): sc for sc in W.all_scenes()}
+    assert all(v == getattr(index[k], a) for r, k in zip(read, keys) for a, v in r.items() if v is not None)
+    assert W.unknown_words(texts) == []
+
+    def freq(ks):
+        v = np.array([W.ATTRS["colour"].index(index[k].colour) for k in ks])
+        return np.bincount(v, minlength=6) / len(v)
+
+    base, moved = freq(caption_side(st, 0.0, 0.0, 0)[1]), freq(keys)
+    assert 0.02 < 0.5 * np.abs(base - moved).sum() < 0.3
+    assert parse_grid("0:0,0.3:0.2") == [(0.0, 0.0), (0.3, 0.2)]
+    import click
+
+    with pytest.raises(click.BadParameter, match="p:omit pairs"):
+        parse_grid("0.3")

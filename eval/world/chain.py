@@ -154,14 +154,20 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
 
 def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
     """The text-only decoder of encoder ``name`` on the bank (``train_decoder``: reused when ``path`` holds
-    one for the same encoder and corpus, refused for another encoder)."""
+    one for the same encoder and corpus; trained again over one made for another, e.g. a retrained encoder)."""
     from captioner.decoder import preset
     from captioner.decoder_train import train_decoder
     from captioner.encoders import get_encoder
 
+    from captioner.errors import CacheMismatchError
+
     mcfg, tcfg = preset(DECODER["preset"], **{k: v for k, v in DECODER.items() if k != "preset"})
-    return train_decoder(ctx["bank"], ctx["Y"], get_encoder(name).fingerprint(), path, mcfg, tcfg,
-                         device=device, progress=False)
+    fp = get_encoder(name).fingerprint()
+    try:
+        return train_decoder(ctx["bank"], ctx["Y"], fp, path, mcfg, tcfg, device=device, progress=False)
+    except CacheMismatchError:   # the report's own decoder of an encoder since retrained: trained again
+        return train_decoder(ctx["bank"], ctx["Y"], fp, path, mcfg, tcfg, device=device, progress=False,
+                             force=True)
 
 
 def decode(dec, Q: np.ndarray, ctx: dict, how: str = DECODE_INPUT, temperature: float = 0.03) -> list[str]:
