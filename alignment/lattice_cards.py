@@ -197,6 +197,32 @@ def _complete_rows(S: np.ndarray, cards, labels: np.ndarray) -> tuple[np.ndarray
     return omit >= OMIT_RATIO * own, labels
 
 
+def _search(Wv: np.ndarray, d: int, max_attrs: int, max_values: int, rng) -> tuple[dict, list]:
+    """({(start, groups): additive error}, FastICA bases): the partitions of each start's components tried by
+    the exact cover and the one-move local search, over ``ICA_STARTS`` FastICA starts on the whitened distinct
+    points ``Wv``; the squared errors compare across starts (each basis is a rotation of the same points)."""
+    tried, bases = {}, []
+    for start in range(ICA_STARTS):   # FastICA from several random starts: the squared errors compare across
+        B = _fastica(Wv, rng)         # them (each basis is a rotation of the same whitened points)
+        bases.append(B)
+        C = Wv @ B.T
+        groups = _best_cover(_partition_costs(C, max_values - 1, rng), d, max_attrs)
+        loss, _ = _additive_error(C, groups, rng)
+        tried[(start, tuple(map(tuple, sorted(groups))))] = loss
+        for _ in range(LOCAL_ROUNDS):      # local search on the joint additive error
+            better = False
+            for cand in _neighbours(groups):
+                key = (start, tuple(map(tuple, sorted(cand))))
+                if key in tried or len(cand) > max_attrs or max(len(h) for h in cand) + 1 > max_values:
+                    continue
+                tried[key] = _additive_error(C, cand, rng)[0]
+                if tried[key] < loss * (1 - 1e-6):
+                    groups, loss, better = [list(h) for h in cand], tried[key], True
+            if not better:
+                break
+    return tried, bases
+
+
 def lattice_dimension(Z: np.ndarray, max_dim: int | None = None, gap: float = GAP) -> tuple[int, np.ndarray]:
     """(d, eigenvalues): the number of leading principal axes above the largest log-eigenvalue gap of at
     least ``gap`` (the whole space, capped at ``max_dim``, when there is none). ``Z`` (N, D)."""
@@ -262,25 +288,7 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     evv, U = np.linalg.eigh(np.cov(C0 - cm, rowvar=False, bias=True))
     T = U / np.sqrt(np.maximum(evv, evv.max() * 1e-9))               # whitening of the distinct points
     Wv = (C0 - cm) @ T
-    tried, bases = {}, []
-    for start in range(ICA_STARTS):   # FastICA from several random starts: the squared errors compare across
-        B = _fastica(Wv, rng)         # them (each basis is a rotation of the same whitened points)
-        bases.append(B)
-        C = Wv @ B.T
-        groups = _best_cover(_partition_costs(C, max_values - 1, rng), d, max_attrs)
-        loss, _ = _additive_error(C, groups, rng)
-        tried[(start, tuple(map(tuple, sorted(groups))))] = loss
-        for _ in range(LOCAL_ROUNDS):      # local search on the joint additive error
-            better = False
-            for cand in _neighbours(groups):
-                key = (start, tuple(map(tuple, sorted(cand))))
-                if key in tried or len(cand) > max_attrs or max(len(h) for h in cand) + 1 > max_values:
-                    continue
-                tried[key] = _additive_error(C, cand, rng)[0]
-                if tried[key] < loss * (1 - 1e-6):
-                    groups, loss, better = [list(h) for h in cand], tried[key], True
-            if not better:
-                break
+    tried, bases = _search(Wv, d, max_attrs, max_values, rng)
     # more attributes must explain clearly more: a k-valued attribute split into two fits as well (three of a
     # 2 x 2 grid's four corners fit any triangle) and predicts a lattice point never seen. Kept: the fewest
     # attributes among the candidates within 1 / SPLIT_GAIN of the least error, the least error among those
