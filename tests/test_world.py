@@ -726,3 +726,34 @@ def test_world_prior_caption_side_perturbs_the_prior_and_omits_at_the_rates_aske
 
     with pytest.raises(click.BadParameter, match="p:omit pairs"):
         parse_grid("0.3")
+
+
+def test_the_world_report_trains_again_its_decoder_of_a_retrained_encoder_only(monkeypatch, tmp_path):
+    """The report's cached decoder of an encoder whose weights changed (retrained) is trained again over the old
+    one; one kept for another encoder is refused, never overwritten."""
+    import eval.world.chain as chain
+    from captioner.errors import CacheMismatchError
+
+    calls, fp = [], {"name": "world-ntp", "dim": 64, "pooling": "mean", "weights_hash": "new"}
+
+    def fake_train(bank, Y, enc, path, mcfg, tcfg, device="cpu", progress=True, force=False):
+        calls.append(force)
+        if not force:
+            raise CacheMismatchError(f"{path}: checkpoint trained for text encoder ...")
+        return "decoder"
+
+    class Enc:
+        def fingerprint(self):
+            return fp
+
+    stored = {"text_encoder": {**fp, "weights_hash": "old"}}
+    monkeypatch.setattr("captioner.decoder_train.train_decoder", fake_train)
+    monkeypatch.setattr("captioner.encoders.get_encoder", lambda name: Enc())
+    monkeypatch.setattr("captioner.decoder.read_checkpoint", lambda path: stored)
+    ctx = {"bank": ["a red dot."], "Y": np.zeros((1, 2))}
+    assert chain.decoder_for("world-ntp", ctx, tmp_path / "d.pt") == "decoder" and calls == [False, True]
+    stored["text_encoder"] = {**fp, "name": "world-text-jepa", "weights_hash": "old"}
+    calls.clear()
+    with pytest.raises(CacheMismatchError, match="trained for text encoder"):
+        chain.decoder_for("world-ntp", ctx, tmp_path / "d.pt")
+    assert calls == [False]

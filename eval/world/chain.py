@@ -154,18 +154,23 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
 
 def decoder_for(name: str, ctx: dict, path, device: str = "cpu"):
     """The text-only decoder of encoder ``name`` on the bank (``train_decoder``: reused when ``path`` holds
-    one for the same encoder and corpus; trained again over one made for another, e.g. a retrained encoder)."""
-    from captioner.decoder import preset
+    one for the same encoder and corpus; trained again over one of the same encoder since retrained; refused
+    for another encoder)."""
+    from pathlib import Path
+
+    from captioner.decoder import encoder_diff, preset, read_checkpoint
     from captioner.decoder_train import train_decoder
     from captioner.encoders import get_encoder
-
     from captioner.errors import CacheMismatchError
 
     mcfg, tcfg = preset(DECODER["preset"], **{k: v for k, v in DECODER.items() if k != "preset"})
     fp = get_encoder(name).fingerprint()
     try:
         return train_decoder(ctx["bank"], ctx["Y"], fp, path, mcfg, tcfg, device=device, progress=False)
-    except CacheMismatchError:   # the report's own decoder of an encoder since retrained: trained again
+    except CacheMismatchError:
+        if encoder_diff(read_checkpoint(Path(path))["text_encoder"], fp) != ["weights_hash"]:
+            raise                # kept for another encoder: refused
+        # the same encoder since retrained (its weights differ): the report's own decoder is trained again
         return train_decoder(ctx["bank"], ctx["Y"], fp, path, mcfg, tcfg, device=device, progress=False,
                              force=True)
 
