@@ -135,8 +135,8 @@ def _resumable(path: Path, text_encoder: dict, mcfg: DecoderConfig, tcfg: TrainC
 
         quarantine(path, str(e).split(": ", 1)[-1].split(";")[0])
         return None
-    if encoder_diff(state["text_encoder"], text_encoder):
-        diff = encoder_diff(state["text_encoder"], text_encoder)
+    diff = encoder_diff(state["text_encoder"], text_encoder)
+    if diff:
         raise CacheMismatchError(f"{path}: checkpoint trained for text encoder "
                                  f"{state['text_encoder'].get('name')!r}, not {text_encoder.get('name')!r} "
                                  f"(they differ in {', '.join(diff)}); use another path or force=True")

@@ -232,9 +232,9 @@ def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int
 
 def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     """The lab's world and its three trained encoders (reused or resumed from ``out``) and an untrained
-    one: {"scenes", "corpus", "img_data", "max_len", "image", "text", "ntp", "ntp_runs", "untrained"}; "image",
-    "text" and "ntp_runs" are ``_train_best``'s (model, config, summary, restart losses, restart models), "ntp"
-    the kept next-token model (one policy for every encoder: ``restarts`` runs, the lowest final loss kept). ``over``: more
+    one: {"scenes", "corpus", "img_data", "max_len", "image", "text", "ntp", "untrained"}; "image", "text" and
+    "ntp" are ``_train_best``'s (model, config, summary, restart losses, restart models): one policy for every
+    encoder, ``restarts`` runs and the lowest final loss kept. ``over``: more
     TrainConfig settings for all three (e.g. ``device="auto"``; runtime fields only, or the checkpoints
     found in ``out`` are refused)."""
     import torch
@@ -259,4 +259,4 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     torch.manual_seed(cfg.seed)
     untrained = build_model("text-jepa", text[1].text, obj=text[1].objective)
     return {"scenes": scenes, "corpus": corpus, "img_data": img_data, "max_len": base.text.max_len,
-            "image": image, "text": text, "ntp": ntp[0], "ntp_runs": ntp, "untrained": untrained}
+            "image": image, "text": text, "ntp": ntp, "untrained": untrained}

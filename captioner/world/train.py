@@ -54,7 +54,7 @@ def train_world(preset: str = "lab", seed: int = 0, device: str = "cpu", progres
 
     # each model's restarts [(init seed, final loss)] and the kept one (the lowest loss; the first when trained once)
     restarts = {kind: t[side][3] for kind, side in (("image-jepa", "image"), ("text-jepa", "text"),
-                                                    ("ntp", "ntp_runs"))}
+                                                    ("ntp", "ntp"))}
     runs = {kind: kept_name(kind, losses) for kind, losses in restarts.items()}
     meta = {"preset": preset, "seed": seed, **({} if scenes == "all" else {"scenes": scenes}),
             "world": fingerprint(), "config": asdict(cfg),

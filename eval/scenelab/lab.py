@@ -60,8 +60,8 @@ def _score(cfg: LabConfig, t: dict, ims, caps, Z) -> dict:
     # the next-token LM twice: at the mean of its final states, and at its last token (the closing [SEP],
     # having read the whole caption), the same model
     sides = [("text JEPA (two paraphrases)", "good", tj_model, proj.get("text"), "mean"),
-             ("next-token LM (one document)", "bad", t["ntp"], None, "mean"),
-             ("next-token LM, last token", "bad", t["ntp"], None, "last"),
+             ("next-token LM (one document)", "bad", t["ntp"][0], None, "mean"),
+             ("next-token LM, last token", "bad", t["ntp"][0], None, "last"),
              ("untrained text encoder", "none", t["untrained"], None, "mean")]
     for name, views, m, p, pool in sides:
         Xt = _project(p, embed_texts(m, "ntp" if views == "bad" else "text-jepa", caps, max_len, pool=pool))
@@ -73,8 +73,9 @@ def _score(cfg: LabConfig, t: dict, ims, caps, Z) -> dict:
     if proj:
         res["view_eigenvalues"] = {side: [float(v) for v in p[2]] for side, p in proj.items()}
         res["view_k"] = view_k
-    if max(restarts_of(cfg, "image-jepa"), restarts_of(cfg, "text-jepa")) > 1:
-        res["restarts"] = {"image-jepa": t["image"][3], "text-jepa": t["text"][3]}
+    if max(restarts_of(cfg, kind) for kind in ("image-jepa", "text-jepa", "ntp")) > 1:
+        # every model's restarts, the NTP's too: ``kept_run`` (a later --init-from) reads the kept one from here
+        res["restarts"] = {"image-jepa": t["image"][3], "text-jepa": t["text"][3], "ntp": t["ntp"][3]}
         # scored against the latents after the choice (which used the training loss only), to check it
         res["restart_residuals"] = {
             "image-jepa": [procrustes_residual(_project(fit_view(m, "image") if view_k else None,
