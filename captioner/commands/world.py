@@ -18,8 +18,9 @@ def cli():
 @cli.command("train")
 @click.option("--preset", type=click.Choice(list(PRESETS)), default="lab", show_default=True,
               help="smoke (4 steps per model: checks the command or a launch, not a usable world), quick (about a "
-                   "minute: tests), lab (the scene lab's training, the text JEPA 3 times: ~15 min on 2 cores), "
-                   "gpu (twice the scenes and steps: the device check)")
+                   "minute: tests, not an aligned world), ci (~2 min: the smallest world that aligns, the headline "
+                   "test), lab (the scene lab's training, every model 3 times: ~20 min on 2 cores), gpu (twice the "
+                   "scenes and steps: the device check)")
 @click.option("--seed", type=int, default=0, show_default=True, help="world seed (scenes, training, init)")
 @click.option("--device", default="cpu", show_default=True,
               help="cpu, or auto (accelerate takes the GPU when there is one), as `captioner train`")

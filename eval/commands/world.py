@@ -5,6 +5,8 @@ import json
 
 import click
 
+from captioner.world.models import PRESETS
+
 
 @click.group()
 def cli():
@@ -12,7 +14,7 @@ def cli():
 
 
 @cli.command("report")
-@click.option("--preset", type=click.Choice(["quick", "ci", "lab", "gpu"]), default="lab", show_default=True)
+@click.option("--preset", type=click.Choice([p for p in PRESETS if p != "smoke"]), default="lab", show_default=True)
 @click.option("--seeds", default="0,1,2", show_default=True, help="world seeds, comma-separated (each trained)")
 @click.option("--text", "texts", default=None,
               help="text encoders, comma-separated (default all: text-jepa,ntp,ntp-last,untrained,minilm-l6; with "

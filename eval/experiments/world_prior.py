@@ -27,6 +27,7 @@ GRID = [(0.0, 0.0), (0.1, 0.1), (0.2, 0.2), (0.3, 0.2)]
 # which attribute an omitting caption leaves out: unequal by attribute (reporting bias), summing to 1
 OMIT_RATES = {"colour": 0.1, "size": 0.3, "col": 0.15, "row": 0.25, "background": 0.2}
 FITS = ("lattice-estimated", "lattice-disjoint")
+LABELS = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": "cards given, frequency order"}
 
 
 def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[str]]:
@@ -35,17 +36,14 @@ def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[
     seed and value (so the grid moves along one direction), and a share ``omit`` of the captions leaving out
     one attribute chosen by ``OMIT_RATES``."""
     from captioner.world import scenes as W
-    from captioner.world.setting import N_CAPTIONS, PRIOR
+    from captioner.world.setting import N_CAPTIONS, PRIOR, attribute_values, prior_weights
 
     rng = np.random.default_rng(seed + 50_000)
     u = {a: rng.uniform(-1, 1, len(W.ATTRS[a])) for a in PRIOR}            # the direction: fixed per seed
     index = {sc.key(): sc for sc in W.all_scenes()}
     keys = sorted({st.bank_scene[j] for j in st.uniform_captions})
-    w = np.ones(len(keys))
-    for a, q in PRIOR.items():
-        for i, k in enumerate(keys):
-            j = W.ATTRS[a].index(getattr(index[k], a))
-            w[i] *= q ** j * (1 + p * u[a][j])
+    values = attribute_values(keys)
+    w = prior_weights(keys) * np.prod([1 + p * u[a][values[a]] for a in PRIOR], axis=0)
     draw = np.random.default_rng(seed + 60_000)
     picked = draw.choice(len(keys), size=N_CAPTIONS, replace=True, p=w / w.sum())
     attrs = list(OMIT_RATES)
@@ -59,12 +57,10 @@ def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[
 
 
 def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, progress: bool = True) -> dict:
-    from pathlib import Path
-
-    from captioner.paths import home
     from captioner.rotations import ArraySource, get_kind
     from captioner.world.setting import ROTATIONS, setting
     from eval.world import chain
+    from eval.world.table import report_dir
 
     t0 = time.time()
     rows = []
@@ -75,9 +71,9 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
         Xt = chain.embed(img, [s.source() for s in st.test.samples])
         name = chain.world_name("world-text-jepa", preset, seed, scenes)
         ctx = chain.text_context(name, st)
-        report = home() / "world" / (f"report-{preset}" + ("" if scenes == "all" else f"-{scenes}"))
+        report = report_dir(preset, scenes)
         report.mkdir(parents=True, exist_ok=True)
-        dec = chain.decoder_for(name, ctx, Path(report) / f"decoder-s{seed}-text-jepa.pt")
+        dec = chain.decoder_for(name, ctx, report / f"decoder-s{seed}-text-jepa.pt")
         m, _ = chain.fit_rotation("paired", st, X, ctx["Y"], {})
         Q = np.asarray(m.transform(Xt), np.float32)
         ref = {"seed": seed, "p": None, "omit": None, "rotation": "paired", **chain.score_rotation(Q, ctx),
@@ -143,12 +139,11 @@ def table(res: dict) -> str:
     head = ("| caption prior +- | omitted | matcher | CIDEr % of paired, retrieval (min) | decoder (min) | R@1 | "
             "zero-shot mean | worst zero-shot gap (points) |")
     lines = [head, "|---:|---:|---|---|---|---:|---:|---:|"]
-    labels = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": "cards given, frequency order"}
     for s in summary(res):
         if "cider_ratio" not in s:
-            lines.append(f"| {s['p']:.0%} | {s['omit']:.0%} | {labels[s['rotation']]} | failed ({s['errors']} seeds) | | | | |")
+            lines.append(f"| {s['p']:.0%} | {s['omit']:.0%} | {LABELS[s['rotation']]} | failed ({s['errors']} seeds) | | | | |")
             continue
-        lines.append(f"| {s['p']:.0%} | {s['omit']:.0%} | {labels[s['rotation']]} | {100 * s['cider_ratio'][0]:.1f} "
+        lines.append(f"| {s['p']:.0%} | {s['omit']:.0%} | {LABELS[s['rotation']]} | {100 * s['cider_ratio'][0]:.1f} "
                      f"({100 * s['cider_ratio'][1]:.1f}) | {100 * s['cider_decoded_ratio'][0]:.1f} "
                      f"({100 * s['cider_decoded_ratio'][1]:.1f}) | {s['r_at_1']:.3f} | {s['zeroshot_mean']:.3f} | "
                      f"{100 * s['worst_gap']:+.1f} |")
@@ -163,13 +158,12 @@ def plot(res: dict, path: str) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    labels = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": "cards given, frequency"}
     xt = [f"{p:.0%} / {o:.0%}" for p, o in res["grid"]]
     for rk in FITS:
         ss = [s for s in summary(res) if s["rotation"] == rk]
         axes[0].plot(range(len(ss)), [100 * s.get("cider_decoded_ratio", [np.nan])[0] for s in ss], "o-",
-                     label=labels[rk])
-        axes[1].plot(range(len(ss)), [s.get("zeroshot_mean", np.nan) for s in ss], "o-", label=labels[rk])
+                     label=LABELS[rk])
+        axes[1].plot(range(len(ss)), [s.get("zeroshot_mean", np.nan) for s in ss], "o-", label=LABELS[rk])
     axes[0].axhline(80, ls=":", c="grey")
     axes[0].set_ylabel("pair-free CIDEr, % of paired (decoder)")
     axes[1].set_ylabel("zero-shot top-1, mean of 5 attributes")

@@ -151,13 +151,21 @@ def targets(rows: list[dict]) -> dict:
     return {"text_jepa_pairfree_vs_paired": jepa, "baselines_at_random_floor": floor}
 
 
+def report_dir(preset: str, scenes: str = "all") -> Path:
+    """The report's default folder (rows, decoders, results): ``<home>/world/report-<preset>``, with ``-train``
+    for the encoders trained on the train scenes only."""
+    from captioner.paths import home
+
+    return home() / "world" / (f"report-{preset}" + ("" if scenes == "all" else f"-{scenes}"))
+
+
 def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "cpu", progress: bool = True,
                  text_keys=None, rotation_keys=None, random_rotations: int | None = None, scenes: str = "all") -> dict:
     """Rows for every seed (missing models: a one-line error naming the training command), the aggregate,
     the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``,
     ``report-<preset>-train`` for the encoders trained on the train scenes only: ``scenes`` "train").
     ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
-    from captioner.paths import atomic_write_json, home
+    from captioner.paths import atomic_write_json
     from captioner.world.setting import disjoint_sides, setting
 
     if not seeds:
@@ -165,7 +173,7 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     from captioner.world.models import check_scenes
 
     check_scenes(scenes)
-    out = Path(out) if out else home() / "world" / (f"report-{preset}" + ("" if scenes == "all" else f"-{scenes}"))
+    out = Path(out) if out else report_dir(preset, scenes)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
     rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys,
