@@ -24,6 +24,8 @@ PRESETS = {
     "quick": {"n_train": 600, "image_steps": 150, "text_steps": 150, "batch_size": 32},
     # the smallest world that is one: the headline test trains it from nothing (tests/test_world_headline.py)
     "ci": {"n_train": 4000, "image_steps": 1500, "text_steps": 1000},
+    # the ci world with 32-d embeddings, wider than the 12-d lattice (`python -m eval experiment world-wide`)
+    "ci32": {"n_train": 4000, "image_steps": 1500, "text_steps": 1000, "embed_dim": 32},
     # one restart policy for every encoder (issue 40): each of the image JEPA, the text JEPA and the next-token
     # LM is trained 3 times (init seeds seed, seed + 1000, seed + 2000) and the run with the lowest final
     # training loss is kept; no label, no pair, no test figure in the choice

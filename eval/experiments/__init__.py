@@ -25,6 +25,7 @@ EXPERIMENTS = {
     "world-ideal": "Would a larger world let a pair-free matcher align disjoint scenes? (ideal encoders)",
     "world-lattice-floor": "The lattice matcher's own null on the world.",
     "world-matchers": "The world's pair-free settings under each matcher.",
+    "world-wide": "Can the attributes be estimated when the JEPAs embed wider than the world's lattice?",
     "world-prior": "The world's pair-free map when captions have a prior of their own and omit attributes.",
 }
 
