@@ -63,6 +63,11 @@ class LabConfig:
     # no cross-modal pair). None: LATENT_DIM when embed_dim is wider, else the raw embedding; 0: never.
     # The baselines (NTP, untrained) have no good views and are scored raw.
     view_k: int | None = None
+    # the share of the training captions that leave out one attribute (chosen uniformly), as captions written
+    # by people do (``captions(omit=...)``); 0: every caption names all five. A text JEPA trained on complete
+    # captions only puts a caption that omits an attribute near one of its values, not at its mean
+    # (docs/results/world.md, "Priors that differ between modalities")
+    caption_omit: float = 0.0
     view_fit: int = 3000
     # the renders already carry the observation noise; augmentations here must not move, flip or
     # recolour the object (that would erase what the captions say)
@@ -230,6 +235,31 @@ def _train_best(kind: str, cfg: LabConfig, data, out, progress: bool, steps: int
     return (*best[1], losses, models)
 
 
+def caption_corpus(cfg: LabConfig, scenes: list):
+    """The text side's training corpus: ``cfg.n_captions`` captions of each training scene (a scene's captions
+    are the text JEPA's views and the next-token model's document), ``cfg.caption_omit`` of them leaving out
+    one attribute."""
+    from captioner.jepa import views as V
+
+    return V.ViewsCorpus("scenelab", [captions(sc, cfg.n_captions, seed=cfg.seed * 7919 + i, omit=cfg.caption_omit)
+                                      for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
+
+
+def train_text_jepa(cfg: LabConfig, out, progress: bool = True, **over):
+    """Only the text JEPA of ``train_models`` (its restarts, the lowest final loss kept), in ``out``: e.g. one
+    trained on captions that omit attributes (``cfg.caption_omit``) beside a world whose other models are
+    unchanged. Returns ``_train_best``'s tuple."""
+    from pathlib import Path
+
+    from captioner.jepa import views as V
+    from captioner.jepa.train import resolve_config
+
+    base = resolve_config("text-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
+    corpus = caption_corpus(cfg, training_scenes(cfg))
+    return _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len), Path(out), progress,
+                       cfg.text_steps, **over)
+
+
 def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     """The lab's world and its three trained encoders (reused or resumed from ``out``) and an untrained
     one: {"scenes", "corpus", "img_data", "max_len", "image", "text", "ntp", "untrained"}; "image", "text" and
@@ -244,8 +274,7 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     from captioner.jepa.train import resolve_config
 
     scenes = training_scenes(cfg)
-    corpus = V.ViewsCorpus("scenelab", [captions(sc, cfg.n_captions, seed=cfg.seed * 7919 + i)
-                                        for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
+    corpus = caption_corpus(cfg, scenes)
     aug = augment_config(cfg)
 
     base = resolve_config("image-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)

@@ -167,11 +167,20 @@ def unknown_words(texts) -> list[str]:
     return out
 
 
-def captions(scene: Scene, n: int, seed: int = 0, corrupt: float = CORRUPT) -> list[str]:
-    """``n`` distinct captions (observations) of ``scene``."""
+def captions(scene: Scene, n: int, seed: int = 0, corrupt: float = CORRUPT, omit: float = 0.0) -> list[str]:
+    """``n`` distinct captions (observations) of ``scene``. ``omit``: the probability that a caption leaves out
+    one attribute (chosen uniformly; ``describe(omit=...)``), as a caption corpus written by people does; 0
+    draws nothing more (the captions are those of before)."""
+    if not 0.0 <= omit <= 1.0:
+        raise ValueError(f"omit is a probability, got {omit}")
+    names = list(ATTRS)
     out, k = [], 0
     while len(out) < n and k < 50 * n:
-        c = describe(scene, seed=seed * 100003 + k, corrupt=corrupt)
+        left_out = None
+        if omit:
+            r = np.random.default_rng((seed * 100003 + k, 77))
+            left_out = names[r.integers(len(names))] if r.random() < omit else None
+        c = describe(scene, seed=seed * 100003 + k, corrupt=corrupt, omit=left_out)
         if c not in out:
             out.append(c)
         k += 1
