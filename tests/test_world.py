@@ -43,6 +43,34 @@ def test_a_world_config_with_an_empty_attribute_is_refused(monkeypatch):
         data.check_attributes({**W.ATTRS, "size": ["small"]})
 
 
+def test_a_caption_corpus_can_omit_attributes():
+    """captions(omit=p): a share p of a scene's captions leaves out exactly one attribute (the others still read
+    right); p = 0 gives the captions of before, so the world's trained corpora are unchanged; the lab's
+    caption_omit reaches the text side's training corpus."""
+    from dataclasses import replace
+
+    from captioner.world import scenes as W
+    from captioner.world.recipe import LabConfig, caption_corpus
+
+    sc = W.all_scenes()[11]
+    assert W.captions(sc, 6, seed=3) == W.captions(sc, 6, seed=3, omit=0.0)
+    full = W.read_caption(W.describe(sc, corrupt=0.0))
+    every = W.captions(sc, 6, seed=3, corrupt=0.0, omit=1.0)
+    for c in every:
+        read = W.read_caption(c)
+        missing = [a for a, v in read.items() if v is None]
+        assert len(missing) == 1 and all(read[a] == full[a] for a in read if a not in missing), c
+    scenes = W.sample_scenes(400, seed=0)
+    cfg = LabConfig(n_captions=5, seed=0)
+    share = np.mean([any(v is None for v in W.read_caption(c).values())
+                     for caps in caption_corpus(replace(cfg, caption_omit=0.2), scenes).scenes for c in caps])
+    assert 0.15 < share < 0.25
+    assert not any(any(v is None for v in W.read_caption(c).values())
+                   for caps in caption_corpus(cfg, scenes).scenes for c in caps)
+    with pytest.raises(ValueError, match="probability"):
+        W.captions(sc, 2, omit=1.5)
+
+
 def test_world_text_encoders_refuse_words_they_never_saw(captioner_home):
     """A caption with a word outside the world's vocabulary is refused in one line naming it (the world's text
     encoders would embed it from untrained token vectors); the world's own captions, omissions included, pass."""

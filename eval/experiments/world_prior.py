@@ -9,7 +9,7 @@ reference. Scored on the test renders: R@1, CIDEr x100 of the retrieved and of t
 top-1 per attribute. Needs the world's models (``captioner world train --preset P --seed N [--scenes train]``).
 
     python -m eval experiment world-prior [--preset lab] [--seeds 0,1,2] [--scenes train]
-        [--grid 0:0,0.1:0.1,0.2:0.2,0.3:0.2] [--out F.json] [--plot F.png] [--json]
+        [--grid 0:0,0.1:0.1,0.2:0.2,0.3:0.2] [--text-omit 0.2] [--bound] [--out F.json] [--plot F.png] [--json]
 """
 from __future__ import annotations
 
@@ -27,7 +27,11 @@ GRID = [(0.0, 0.0), (0.1, 0.1), (0.2, 0.2), (0.3, 0.2)]
 # which attribute an omitting caption leaves out: unequal by attribute (reporting bias), summing to 1
 OMIT_RATES = {"colour": 0.1, "size": 0.3, "col": 0.15, "row": 0.25, "background": 0.2}
 FITS = ("lattice-estimated", "lattice-disjoint")
-LABELS = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": "cards given, frequency order"}
+LABELS = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": "cards given, frequency order",
+          "words-complete": "cards estimated, omitting captions set aside by their words (bound)"}
+# an upper bound for the label-free omission flags (``--bound``): the lattice-estimated fit on the captions that
+# name all five attributes, read from their words (``read_caption``), which no user without labels has
+BOUND = "words-complete"
 
 
 def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[str]]:
@@ -56,8 +60,29 @@ def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[
     return texts, scene_keys
 
 
-def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, progress: bool = True) -> dict:
+def omit_text_encoder(preset: str, seed: int, scenes: str, rate: float, progress: bool = True) -> str:
+    """The registry name (``jepa:<run>``) of a text JEPA trained like the world's (the preset's restarts, the
+    lowest final loss kept) on a caption corpus where a share ``rate`` of the captions leaves out one
+    attribute (``LabConfig.caption_omit``; trained once, kept in the report folder, reused after)."""
+    from dataclasses import replace
+
+    from captioner.world.recipe import kept_name, train_text_jepa
+    from captioner.world.train import lab_config
+    from eval.world.table import report_dir
+
+    out = report_dir(preset, scenes) / f"text-jepa-omit{round(100 * rate)}-s{seed}"
+    if progress:
+        print(f"[world-prior] seed {seed}: the text JEPA of a corpus with {rate:.0%} of captions omitting an "
+              f"attribute, in {out} (trained once, ~2 min a run)", file=sys.stderr, flush=True)
+    losses = train_text_jepa(replace(lab_config(preset, seed, scenes), caption_omit=rate), out / "text-jepa",
+                             progress=False)[3]
+    return f"jepa:{out / kept_name('text-jepa', losses)}"
+
+
+def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, progress: bool = True,
+        text_omit: float = 0.0, bound: bool = False) -> dict:
     from captioner.rotations import ArraySource, get_kind
+    from captioner.world import scenes as W
     from captioner.world.setting import ROTATIONS, setting
     from eval.world import chain
     from eval.world.table import report_dir
@@ -69,11 +94,16 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
         img = chain.world_name("world-image-jepa", preset, seed, scenes)
         X = chain.embed(img, [s.source() for s in st.train.samples])
         Xt = chain.embed(img, [s.source() for s in st.test.samples])
-        name = chain.world_name("world-text-jepa", preset, seed, scenes)
-        ctx = chain.text_context(name, st)
         report = report_dir(preset, scenes)
         report.mkdir(parents=True, exist_ok=True)
-        dec = chain.decoder_for(name, ctx, report / f"decoder-s{seed}-text-jepa.pt")
+        if text_omit:
+            name = omit_text_encoder(preset, seed, scenes, text_omit, progress)
+            dec_path = report / f"decoder-s{seed}-text-jepa-omit{round(100 * text_omit)}.pt"
+        else:
+            name = chain.world_name("world-text-jepa", preset, seed, scenes)
+            dec_path = report / f"decoder-s{seed}-text-jepa.pt"
+        ctx = chain.text_context(name, st)
+        dec = chain.decoder_for(name, ctx, dec_path)
         m, _ = chain.fit_rotation("paired", st, X, ctx["Y"], {})
         Q = np.asarray(m.transform(Xt), np.float32)
         ref = {"seed": seed, "p": None, "omit": None, "rotation": "paired", **chain.score_rotation(Q, ctx),
@@ -82,12 +112,14 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
         for p, omit in grid:
             texts, _ = caption_side(st, p, omit, seed)
             Y = chain.embed(name, texts)
-            for rk in FITS:
-                kind, opts, _, _ = ROTATIONS[rk]
+            complete = np.array([None not in W.read_caption(t).values() for t in texts])
+            for rk in FITS + ((BOUND,) if bound else ()):
+                kind, opts, _, _ = ROTATIONS["lattice-estimated" if rk == BOUND else rk]
                 k = get_kind(kind)
                 t1 = time.time()
                 try:
-                    fitted = k.fit(ArraySource(X=X[st.disjoint_images], Y=Y), **k.options(**opts))
+                    fitted = k.fit(ArraySource(X=X[st.disjoint_images], Y=Y[complete] if rk == BOUND else Y),
+                                   **k.options(**opts))
                 except Exception as e:   # the row says why, the table goes on
                     seed_rows.append({"seed": seed, "p": p, "omit": omit, "rotation": rk,
                                       "error": f"{type(e).__name__}: {e}"})
@@ -108,7 +140,8 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
                 r["cider_decoded_ratio"] = r["cider_decoded_x100"] / max(ref["cider_decoded_x100"], 1e-9)
                 r["zeroshot_gap"] = {a: r["zeroshot"][a] - ref["zeroshot"][a] for a in ref["zeroshot"]}
         rows += seed_rows
-    return {"preset": preset, "scenes": scenes, "seeds": list(seeds), "grid": [list(g) for g in grid],
+    return {"preset": preset, "scenes": scenes, "seeds": list(seeds), "text_omit": text_omit, "bound": bound,
+            "grid": [list(g) for g in grid],
             "omit_rates": OMIT_RATES, "rows": rows, "seconds": round(time.time() - t0, 1),
             "loadavg": os.getloadavg()}
 
@@ -118,7 +151,7 @@ def summary(res: dict) -> list[dict]:
     share of paired (retrieval and decoder), R@1, the worst zero-shot gap to paired (points)."""
     out = []
     for p, omit in res["grid"]:
-        for rk in FITS:
+        for rk in FITS + ((BOUND,) if res.get("bound") else ()):
             rs = [r for r in res["rows"] if r["p"] == p and r["omit"] == omit and r["rotation"] == rk]
             ok = [r for r in rs if "error" not in r]
             if not ok:
@@ -159,7 +192,7 @@ def plot(res: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
     xt = [f"{p:.0%} / {o:.0%}" for p, o in res["grid"]]
-    for rk in FITS:
+    for rk in FITS + ((BOUND,) if res.get("bound") else ()):
         ss = [s for s in summary(res) if s["rotation"] == rk]
         axes[0].plot(range(len(ss)), [100 * s.get("cider_decoded_ratio", [np.nan])[0] for s in ss], "o-",
                      label=LABELS[rk])
@@ -171,7 +204,10 @@ def plot(res: dict, path: str) -> None:
         ax.set_xticks(range(len(xt)), xt)
         ax.set_xlabel("caption prior +- / captions omitting an attribute")
     axes[1].legend(fontsize=8)
-    fig.suptitle(f"world {res['preset']}, seeds {res['seeds']}, encoders trained on {res['scenes']} scenes", fontsize=9)
+    corpus = (f"; text JEPA trained with {res['text_omit']:.0%} of captions omitting an attribute"
+              if res.get("text_omit") else "")
+    fig.suptitle(f"world {res['preset']}, seeds {res['seeds']}, encoders trained on {res['scenes']} scenes{corpus}",
+                 fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 
@@ -192,11 +228,16 @@ def parse_grid(value: str) -> list[tuple[float, float]]:
 @click.option("--scenes", type=click.Choice(["all", "train"]), default="train", show_default=True)
 @click.option("--grid", default=",".join(f"{p}:{o}" for p, o in GRID), show_default=True,
               help="caption prior divergence : share of captions omitting an attribute, comma-separated")
+@click.option("--text-omit", type=click.FloatRange(0, 1), default=0.0, show_default=True,
+              help="score a text JEPA trained on captions of which this share omits an attribute (trained once "
+                   "into the report folder); 0: the world's text JEPA (complete captions)")
+@click.option("--bound", is_flag=True, help="also fit with the omitting captions set aside by their words (an upper "
+                                          "bound for the label-free flags)")
 @click.option("--out", default=None, help="write the JSON here")
 @click.option("--plot", "plot_path", default=None, help="draw the figure here (PNG)")
 @click.option("--json", "json_only", is_flag=True)
-def cli(preset, seeds, scenes, grid, out, plot_path, json_only):
-    res = run(preset, seeds, scenes, parse_grid(grid))
+def cli(preset, seeds, scenes, grid, text_omit, bound, out, plot_path, json_only):
+    res = run(preset, seeds, scenes, parse_grid(grid), text_omit=text_omit, bound=bound)
     res["summary"] = summary(res)
     if plot_path:
         plot(res, plot_path)

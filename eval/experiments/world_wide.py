@@ -2,7 +2,12 @@
 Trains (or reuses) a world of ``--preset`` (default ``ci32``: the ci world with 32-d embeddings) on the
 seed's train scenes, embeds the disjoint setting's renders and captions, and prints each side's leading
 covariance eigenvalues (relative to the first), the lattice dimension ``alignment.lattice_cards.lattice_dimension``
-reads off them and the cards ``estimate_cards`` returns, against the world's 6,3,3,3,2.
+reads off them and the cards ``estimate_cards`` returns, against the world's 6,3,3,3,2. Two diagnostics beside
+them: how additive the cloud is (R^2 of its scene means under the additive model on the *true* labels: read
+here, never given to the estimate), and the scene lab's view subspace (``eval.scenelab.measures.view_subspace``:
+the directions along which one view of a training scene predicts another in the same modality, no cross-modal
+pair; single attributes should have eigenvalue ~(1 - CORRUPT)^2, products of two its square), its size read at
+the largest eigenvalue ratio among the leading 24 and the cards estimated inside it.
 
     python -m eval experiment world-wide [--preset ci32] [--seed 0] [--json]
 """
@@ -19,31 +24,78 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
     from captioner.world.scenes import ATTRS
     from captioner.world.setting import setting
     from captioner.world.train import train_world
+    from eval.scenelab.measures import view_subspace
     from eval.world.chain import embed, world_name
 
     meta = train_world(preset, seed, progress=False, scenes="train")
     st = setting(seed)
-    sides = {"images": ("world-image-jepa", [st.train.samples[i].source() for i in st.disjoint_images]),
-             "captions": ("world-text-jepa", [st.bank[j] for j in st.disjoint_captions])}
+    sides = {"images": ("world-image-jepa", [st.train.samples[i].source() for i in st.disjoint_images],
+                        [st.train.samples[i].label for i in st.disjoint_images]),
+             "captions": ("world-text-jepa", [st.bank[j] for j in st.disjoint_captions],
+                          [st.bank_scene[j] for j in st.disjoint_captions])}
     out = {"preset": preset, "seed": seed, "embed_dim": meta["config"]["embed_dim"],
            "world_cards": sorted((len(v) for v in ATTRS.values()), reverse=True), "sides": {}}
-    for side, (name, items) in sides.items():
+    views = view_pairs(preset, seed)
+    for side, (name, items, keys) in sides.items():
         Z = embed(world_name(name, preset, seed, "train"), items)
         d, ev = lattice_dimension(Z, Z.shape[1])
         cards, info = estimate_cards(Z)
+        mu, P, lam = view_subspace(*views[side])
+        k = int(np.argmax(lam[:24] / np.maximum(lam[1:25], 1e-12))) + 1
+        vcards, vinfo = estimate_cards((Z - mu) @ P[:, :k])
         out["sides"][side] = {"eigenvalues": np.round(ev[:20] / ev[0], 3).tolist(), "lattice_dim": int(d),
-                              "searched_dim": int(info["dim"]), "cards": list(cards)}
+                              "searched_dim": int(info["dim"]), "cards": list(cards),
+                              "additive_r2": round(additive_r2(Z, keys), 3),
+                              "view_eigenvalues": np.round(lam[:20], 3).tolist(), "view_k": k,
+                              "view_cards": list(vcards)}
     return out
+
+
+def additive_r2(Z: np.ndarray, keys: list[str]) -> float:
+    """The share of the variance of the scene means of ``Z`` that the additive model (offset + one vector per
+    attribute value, fitted by least squares on the true labels) explains."""
+    from captioner.world.setting import attribute_values
+
+    uk, inv = np.unique(np.asarray(keys), return_inverse=True)
+    M = np.stack([Z[inv == i].mean(0) for i in range(len(uk))])
+    av = attribute_values(list(uk))
+    H = np.concatenate([np.ones((len(uk), 1))] + [np.eye(v.max() + 1)[v] for v in av.values()], 1)
+    R = M - H @ np.linalg.lstsq(H, M, rcond=None)[0]
+    return float(1 - (R ** 2).sum() / ((M - M.mean(0)) ** 2).sum())
+
+
+def view_pairs(preset: str, seed: int, n: int = 3000) -> dict:
+    """side -> (A, B): unit-length embeddings of two views (renders 0 and 1; captions 0 and 1) of the first
+    ``n`` training scenes, by the world's image and text JEPA (the scene lab's ``view_fit``)."""
+    from captioner.jepa.embed import embed_texts, embed_uint8
+    from captioner.world.models import world_dir
+    from captioner.world.recipe import train_models
+    from captioner.world.train import lab_config
+
+    t = train_models(lab_config(preset, seed, "train"), world_dir(preset, seed, "train"), progress=False)
+    n = min(n, len(t["scenes"]))
+
+    def unit(x):
+        x = np.asarray(x, np.float64)
+        return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+    img = [unit(embed_uint8(t["image"][0], t["img_data"].images[:n, r])) for r in (0, 1)]
+    txt = [unit(embed_texts(t["text"][0], "text-jepa", [c[r] for c in t["corpus"].scenes[:n]], t["max_len"]))
+           for r in (0, 1)]
+    return {"images": tuple(img), "captions": tuple(txt)}
 
 
 def table(res: dict) -> str:
     lines = [f"world {res['preset']} seed {res['seed']}, {res['embed_dim']}-d JEPAs; the world's cards "
              f"{','.join(map(str, res['world_cards']))}", "",
-             "| side | leading eigenvalues / first | gap-read dimension | searched | cards estimated |",
-             "|---|---|---:|---:|---|"]
+             "| side | leading eigenvalues / first | gap-read dimension | searched | cards estimated | additive R^2 "
+             "(true labels) | view eigenvalues | view k | cards in the view subspace |",
+             "|---|---|---:|---:|---|---:|---|---:|---|"]
     for side, s in res["sides"].items():
         lines.append(f"| {side} | {', '.join(f'{v:.2f}' for v in s['eigenvalues'][:14])} | {s['lattice_dim']} | "
-                     f"{s['searched_dim']} | {','.join(map(str, s['cards']))} |")
+                     f"{s['searched_dim']} | {','.join(map(str, s['cards']))} | {s['additive_r2']:.3f} | "
+                     f"{', '.join(f'{v:.2f}' for v in s['view_eigenvalues'][:14])} | {s['view_k']} | "
+                     f"{','.join(map(str, s['view_cards']))} |")
     return "\n".join(lines)
 
 
