@@ -756,6 +756,22 @@ def test_world_prior_caption_side_perturbs_the_prior_and_omits_at_the_rates_aske
         parse_grid("0.3")
 
 
+def test_world_prior_trains_its_omission_text_jepa_once_and_embeds_with_it(captioner_home):
+    """``--text-omit``: a text JEPA of the preset's recipe trained on captions that omit attributes, in the
+    report folder, reused on the next call (not trained again), and usable as an encoder by its jepa: name."""
+    from captioner.encoders import get_encoder
+    from eval.experiments.world_prior import omit_text_encoder
+
+    name = omit_text_encoder("smoke", 0, "all", 0.5, progress=False)
+    assert name.startswith("jepa:") and "text-jepa-omit50-s0" in name
+    ckpt = captioner_home / "world" / "report-smoke" / "text-jepa-omit50-s0" / "text-jepa" / "checkpoint.pt"
+    stamp = ckpt.stat().st_mtime_ns
+    assert omit_text_encoder("smoke", 0, "all", 0.5, progress=False) == name
+    assert ckpt.stat().st_mtime_ns == stamp                       # reused, not trained again
+    Z = get_encoder(name, cache=False).encode(["A small red disc on the left.", "A disc on the left."])
+    assert Z.shape == (2, 12) and np.isfinite(Z).all()
+
+
 def test_the_world_report_trains_again_its_decoder_of_a_retrained_encoder_only(monkeypatch, tmp_path):
     """The report's cached decoder of an encoder whose weights changed (retrained) is trained again over the old
     one; one kept for another encoder is refused, never overwritten."""

@@ -190,8 +190,8 @@ def plot(res: dict, path: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(1, 2, figsize=(9, 3.4))
-    xt = [f"{p:.0%} / {o:.0%}" for p, o in res["grid"]]
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    xt = [f"{p:.0%}\n{o:.0%}" for p, o in res["grid"]]
     for rk in FITS + ((BOUND,) if res.get("bound") else ()):
         ss = [s for s in summary(res) if s["rotation"] == rk]
         axes[0].plot(range(len(ss)), [100 * s.get("cider_decoded_ratio", [np.nan])[0] for s in ss], "o-",
@@ -202,13 +202,14 @@ def plot(res: dict, path: str) -> None:
     axes[1].set_ylabel("zero-shot top-1, mean of 5 attributes")
     for ax in axes:
         ax.set_xticks(range(len(xt)), xt)
-        ax.set_xlabel("caption prior +- / captions omitting an attribute")
-    axes[1].legend(fontsize=8)
+        ax.set_xlabel("caption prior +- (top), captions omitting an attribute (bottom)")
+    handles, names = axes[0].get_legend_handles_labels()
+    fig.legend(handles, names, fontsize=8, loc="lower center", ncol=len(names))
     corpus = (f"; text JEPA trained with {res['text_omit']:.0%} of captions omitting an attribute"
               if res.get("text_omit") else "")
     fig.suptitle(f"world {res['preset']}, seeds {res['seeds']}, encoders trained on {res['scenes']} scenes{corpus}",
                  fontsize=9)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0.07, 1, 1))
     fig.savefig(path, dpi=110)
 
 
