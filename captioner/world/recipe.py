@@ -245,17 +245,19 @@ def caption_corpus(cfg: LabConfig, scenes: list):
                                       for i, sc in enumerate(scenes)], [sc.key() for sc in scenes])
 
 
-def train_text_jepa(cfg: LabConfig, out, progress: bool = True, **over):
-    """Only the text JEPA of ``train_models`` (its restarts, the lowest final loss kept), in ``out``: e.g. one
-    trained on captions that omit attributes (``cfg.caption_omit``) beside a world whose other models are
-    unchanged. Returns ``_train_best``'s tuple."""
+def train_text_jepa(cfg: LabConfig, out, progress: bool = True, corpus=None, **over):
+    """The text JEPA of ``train_models`` (its restarts, the lowest final loss kept) on ``corpus`` (default
+    ``caption_corpus`` of the training scenes), in ``out``: alone, e.g. one trained on captions that omit
+    attributes (``cfg.caption_omit``) beside a world whose other models are unchanged. Returns
+    ``_train_best``'s tuple."""
     from pathlib import Path
 
     from captioner.jepa import views as V
     from captioner.jepa.train import resolve_config
 
     base = resolve_config("text-jepa", cfg.preset, text=cfg.text or None, image=cfg.image or None)
-    corpus = caption_corpus(cfg, training_scenes(cfg))
+    if corpus is None:
+        corpus = caption_corpus(cfg, training_scenes(cfg))
     return _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len), Path(out), progress,
                        cfg.text_steps, **over)
 
@@ -281,8 +283,7 @@ def train_models(cfg: LabConfig, out, progress: bool = True, **over) -> dict:
     img_data = V.ImageViews(render_array(scenes, cfg.n_renders, base.image.image_size, seed=cfg.seed), aug)
     image = _train_best("image-jepa", cfg, img_data, out / "image-jepa", progress, cfg.image_steps,
                         augment=asdict(aug), **over)
-    text = _train_best("text-jepa", cfg, V.TokenViews(corpus, base.text.max_len), out / "text-jepa", progress,
-                       cfg.text_steps, **over)
+    text = train_text_jepa(cfg, out / "text-jepa", progress, corpus=corpus, **over)
     ntp = _train_best("ntp", cfg, V.TokenDocuments(corpus, base.text.max_len, seed=cfg.seed), out / "ntp",
                       progress, cfg.text_steps, **over)
     torch.manual_seed(cfg.seed)

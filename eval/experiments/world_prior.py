@@ -34,6 +34,16 @@ LABELS = {"lattice-estimated": "cards estimated, geometry", "lattice-disjoint": 
 BOUND = "words-complete"
 
 
+def fits(bound: bool) -> tuple[str, ...]:
+    """The fits of one grid point: ``FITS``, and the bound with ``--bound``."""
+    return FITS + ((BOUND,) if bound else ())
+
+
+def omit_tag(rate: float) -> str:
+    """The report folder's name part of a text JEPA trained with ``rate`` of captions omitting an attribute."""
+    return f"text-jepa-omit{round(100 * rate)}"
+
+
 def caption_side(st, p: float, omit: float, seed: int) -> tuple[list[str], list[str]]:
     """(captions, their scene keys): ``N_CAPTIONS`` clean captions of the disjoint setting's caption scenes,
     scenes drawn by the setting's prior with each value's weight times (1 + p u), u ~ U(-1, 1) drawn once per
@@ -70,7 +80,7 @@ def omit_text_encoder(preset: str, seed: int, scenes: str, rate: float, progress
     from captioner.world.train import lab_config
     from eval.world.table import report_dir
 
-    out = report_dir(preset, scenes) / f"text-jepa-omit{round(100 * rate)}-s{seed}"
+    out = report_dir(preset, scenes) / f"{omit_tag(rate)}-s{seed}"
     if progress:
         print(f"[world-prior] seed {seed}: the text JEPA of a corpus with {rate:.0%} of captions omitting an "
               f"attribute, in {out} (trained once, ~2 min a run)", file=sys.stderr, flush=True)
@@ -98,7 +108,7 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
         report.mkdir(parents=True, exist_ok=True)
         if text_omit:
             name = omit_text_encoder(preset, seed, scenes, text_omit, progress)
-            dec_path = report / f"decoder-s{seed}-text-jepa-omit{round(100 * text_omit)}.pt"
+            dec_path = report / f"decoder-s{seed}-{omit_tag(text_omit)}.pt"
         else:
             name = chain.world_name("world-text-jepa", preset, seed, scenes)
             dec_path = report / f"decoder-s{seed}-text-jepa.pt"
@@ -113,7 +123,7 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
             texts, _ = caption_side(st, p, omit, seed)
             Y = chain.embed(name, texts)
             complete = np.array([None not in W.read_caption(t).values() for t in texts])
-            for rk in FITS + ((BOUND,) if bound else ()):
+            for rk in fits(bound):
                 kind, opts, _, _ = ROTATIONS["lattice-estimated" if rk == BOUND else rk]
                 k = get_kind(kind)
                 t1 = time.time()
@@ -151,7 +161,7 @@ def summary(res: dict) -> list[dict]:
     share of paired (retrieval and decoder), R@1, the worst zero-shot gap to paired (points)."""
     out = []
     for p, omit in res["grid"]:
-        for rk in FITS + ((BOUND,) if res.get("bound") else ()):
+        for rk in fits(res.get("bound", False)):
             rs = [r for r in res["rows"] if r["p"] == p and r["omit"] == omit and r["rotation"] == rk]
             ok = [r for r in rs if "error" not in r]
             if not ok:
@@ -192,7 +202,7 @@ def plot(res: dict, path: str) -> None:
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     xt = [f"{p:.0%}\n{o:.0%}" for p, o in res["grid"]]
-    for rk in FITS + ((BOUND,) if res.get("bound") else ()):
+    for rk in fits(res.get("bound", False)):
         ss = [s for s in summary(res) if s["rotation"] == rk]
         axes[0].plot(range(len(ss)), [100 * s.get("cider_decoded_ratio", [np.nan])[0] for s in ss], "o-",
                      label=LABELS[rk])

@@ -43,7 +43,7 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
         mu, P, lam = view_subspace(*views[side])
         m = min(24, len(lam) - 1)     # the ratio of each leading eigenvalue to the next (the whole space: no gap)
         k = int(np.argmax(lam[:m] / np.maximum(lam[1:m + 1], 1e-12))) + 1 if m else len(lam)
-        vcards, vinfo = estimate_cards((Z - mu) @ P[:, :k])
+        vcards, _ = estimate_cards((Z - mu) @ P[:, :k])
         out["sides"][side] = {"eigenvalues": np.round(ev[:20] / ev[0], 3).tolist(), "lattice_dim": int(d),
                               "searched_dim": int(info["dim"]), "cards": list(cards),
                               "additive_r2": round(additive_r2(Z, keys), 3),
