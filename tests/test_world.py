@@ -772,6 +772,20 @@ def test_world_prior_trains_its_omission_text_jepa_once_and_embeds_with_it(capti
     assert Z.shape == (2, 12) and np.isfinite(Z).all()
 
 
+def test_world_prior_scores_the_omission_flags_against_the_captions_words():
+    """omission_flags: the share of omitting captions the fit set aside (label -1) and of complete ones, with the
+    fit's rows mapped back through its shuffle (extra["yi"])."""
+    from types import SimpleNamespace
+
+    from eval.experiments.world_prior import omission_flags
+
+    complete = np.array([True, True, True, False, False])
+    yi = np.array([4, 0, 3, 1, 2])                    # fit row j is caption yi[j]
+    labels_y = np.array([[-1, -1], [0, 1], [2, 0], [1, 1], [-1, -1]])   # captions 4 and 2 set aside
+    fitted = SimpleNamespace(extra={"yi": yi, "result": SimpleNamespace(info={"labels_y": labels_y})})
+    assert omission_flags(fitted, complete) == {"omitting_flagged": 0.5, "complete_flagged": 1 / 3}
+
+
 def test_the_world_report_trains_again_its_decoder_of_a_retrained_encoder_only(monkeypatch, tmp_path):
     """The report's cached decoder of an encoder whose weights changed (retrained) is trained again over the old
     one; one kept for another encoder is refused, never overwritten."""

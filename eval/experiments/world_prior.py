@@ -89,6 +89,17 @@ def omit_text_encoder(preset: str, seed: int, scenes: str, rate: float, progress
     return f"jepa:{out / kept_name('text-jepa', losses)}"
 
 
+def omission_flags(fitted, complete: np.ndarray) -> dict:
+    """How well the cards-estimated fit's label-free flags (caption rows it set aside as omitting an attribute)
+    found the captions that omit one (``complete``: read from their words): the share of omitting captions
+    flagged and the share of complete ones flagged."""
+    yi = fitted.extra["yi"]
+    flagged = np.zeros(len(complete), bool)
+    flagged[yi] = fitted.extra["result"].info["labels_y"][:, 0] < 0
+    return {"omitting_flagged": float(flagged[~complete].mean()) if (~complete).any() else None,
+            "complete_flagged": float(flagged[complete].mean())}
+
+
 def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, progress: bool = True,
         text_omit: float = 0.0, bound: bool = False) -> dict:
     from captioner.rotations import ArraySource, get_kind
@@ -137,10 +148,13 @@ def run(preset: str = "lab", seeds=(0, 1, 2), scenes: str = "train", grid=GRID, 
                 Q = np.asarray(fitted.map.transform(Xt), np.float32)
                 r = {"seed": seed, "p": p, "omit": omit, "rotation": rk, **chain.score_rotation(Q, ctx),
                      "decoded": chain.decode(dec, Q, ctx), "fit_seconds": round(time.time() - t1, 1)}
+                if rk == "lattice-estimated":
+                    r["flags"] = omission_flags(fitted, complete)
                 seed_rows.append(r)
                 if progress:
                     print(f"[world-prior] seed {seed} p {p:.2f} omit {omit:.2f} {rk:<18} R@1 {r['r_at_1']:.3f} "
-                          f"zero-shot {r['zeroshot_mean']:.3f} ({r['fit_seconds']} s)", file=sys.stderr, flush=True)
+                          f"zero-shot {r['zeroshot_mean']:.3f} ({r['fit_seconds']} s)"
+                          + (f" flags: {r['flags']}" if "flags" in r else ""), file=sys.stderr, flush=True)
         chain.cider(seed_rows, st.test)
         for r in seed_rows:
             r.pop("captions", None)
