@@ -169,6 +169,37 @@ def test_prior_weights_and_prompts_known_answers():
     assert "a crimson dot" in p["colour"][0][1]
 
 
+
+def test_attribute_head_is_the_mean_of_the_bank_captions_that_name_each_value():
+    from captioner.encoders.base import l2n
+    from captioner.world.zeroshot import attribute_head, prompts
+
+    rng = np.random.default_rng(0)
+    bank = ["A small red disc on the left at the top on a white background.",
+            "A big crimson dot on the right at the bottom on a black background.",
+            "A small blue disc in the centre halfway up on a grey background."]
+    E = l2n(rng.normal(size=(3, 6)).astype(np.float32))
+    mu = E.mean(0)
+    seen = []
+
+    def encode(texts):   # prompts of the values no bank caption names; a fixed vector each
+        seen.extend(texts)
+        return np.tile(np.eye(6, dtype=np.float32)[5], (len(texts), 1))
+
+    vals, H = attribute_head(encode, "colour", mu, (bank, E))
+    assert vals == ["red", "orange", "yellow", "green", "blue", "purple"]
+    # red: captions 0 and 1 ("red", "crimson"), each centred and normalised, averaged, normalised
+    assert H[0] == pytest.approx(l2n(l2n(E[:2] - mu).mean(0)[None])[0], abs=1e-6)
+    assert H[4] == pytest.approx(l2n((E[2] - mu)[None])[0], abs=1e-6)
+    # orange is named by no bank caption: its prompts, and only the prompts of unnamed values, are embedded
+    assert H[1] == pytest.approx(l2n((np.eye(6)[5] - mu)[None])[0], abs=1e-6)
+    want = [p for v, ps in prompts()["colour"] if v in ("orange", "yellow", "green", "purple") for p in ps]
+    assert seen == want
+    # without a bank: every value from its prompts
+    seen.clear()
+    attribute_head(encode, "colour", mu)
+    assert seen == [p for _, ps in prompts()["colour"] for p in ps]
+
 def test_side_stats_and_compare_sides_known_answers():
     from captioner.world.setting import compare_sides, side_stats
     from eval.world.table import _sides_lines

@@ -12,7 +12,8 @@ of scenes and the captions of another, or of the same scenes shuffled; random: n
 - R@1 image -> caption: each test render against one caption of every test scene;
 - CIDEr (x100, pycocoevalcap): the nearest train-bank caption (retrieval) against the scene's 5 clean
   captions;
-- zero-shot top-1 per attribute (colour, size, column, row, background) from text prompts alone.
+- zero-shot top-1 per attribute (colour, size, column, row, background) from text alone (the bank's captions
+  that name each value, ``captioner.world.zeroshot``).
 """
 from __future__ import annotations
 
@@ -146,7 +147,7 @@ def text_context(name: str, st, device: str = "cpu") -> dict:
         first.setdefault(s.label, s.captions[0])
     Ysc = embed(name, [first[k] for k in scenes], device)
     pair_txt = [s.captions[int(s.id.rsplit("-r", 1)[1]) % len(s.captions)] for s in st.test.samples]
-    heads = {attr: attribute_head(lambda t: embed(name, t, device), attr, mu) for attr in st.prompts}
+    heads = {attr: attribute_head(lambda t: embed(name, t, device), attr, mu, (st.bank, Yb)) for attr in st.prompts}
     return {"Y": Yb, "mu": mu, "bank": st.bank, "bank_c": centred(Yb, mu), "scene_caps": centred(Ysc, mu),
             "scene_index": np.array([scenes.index(s.label) for s in st.test.samples]),
             "Y_test_pairs": embed(name, pair_txt, device), "heads": heads, "labels": attribute_labels(st.test)}

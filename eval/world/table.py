@@ -41,7 +41,7 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
     from alignment.pairfree import MATCHER_VERSION
     from captioner.paths import atomic_write_json
     from captioner.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
-    from captioner.world.zeroshot import PROTOTYPE_WEIGHT
+    from captioner.world.zeroshot import HEADS, PROTOTYPE_WEIGHT
     from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
 
     train = scenes == "train"
@@ -49,7 +49,7 @@ def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: 
            "text": list(text_keys or (TRAIN_SCENES_TEXT if train else TEXT_ENCODERS)),
            "rotations": list(rotation_keys or (TRAIN_SCENES_ROTATIONS if train else DEFAULT_ROTATIONS)), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
            "decoder": DECODER, "decode_input": DECODE_INPUT,
-           "prototype_weight": PROTOTYPE_WEIGHT, "random_rotations": random_rotations or RANDOM_ROTATIONS,
+           "prototype_weight": PROTOTYPE_WEIGHT, "zeroshot_heads": HEADS, "random_rotations": random_rotations or RANDOM_ROTATIONS,
            "matcher_version": MATCHER_VERSION}
     path = out / f"seed-{seed}.json"
     if path.is_file():
