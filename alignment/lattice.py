@@ -70,11 +70,13 @@ import numpy as np
 from alignment.errors import AlignmentError
 from alignment.lattice_cards import estimate_cards, lattice_dimension  # noqa: F401
 from alignment.lattice_fit import (  # noqa: F401  (the lattice's API in one place)
+    MAX_POINTS,
     VERTEX_RADIUS,
     LatticeFit,
     factorize,
     log_prior,
     parse_cards,
+    partial_rows,
 )
 
 
@@ -274,15 +276,18 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
         matcher before issue 40); default "geometry" when ``cards`` is None, "frequency" when it is given
         (callers that pass cards get the answers they got before, bit for bit)
     drop_incomplete : fit each lattice on the rows that sit at one value of every attribute (rows at an
-        attribute's mean: an omitted attribute, set aside); default True when ``cards`` is estimated (the
-        flags come from the estimate), False otherwise
+        attribute's mean: an omitted attribute, set aside); default True when ``cards`` is estimated, False
+        otherwise. The rows set aside: first the estimate's flags (``info["complete"]`` of
+        :func:`estimate_cards`), then those of the omission-aware refit started from that factorisation
+        (:func:`alignment.lattice_fit.partial_rows`: rows nearer a partial point, one attribute at its
+        centroid, than any lattice point), and the side is factorised again on its complete rows
     max_attrs, max_values : the search space of the estimate (cards=None only)
 
     Returns a :class:`alignment.matching.MatchResult`: ``rotation`` (an affine isometry up to a global
     scale, ``x -> (x - offset_x) R s + offset_y``), ``perm`` (N1,) (each X row's first Y row with the same
     lattice point under the correspondence, -1 when Y shows no such point or the row was set aside: all -1
     for disjoint items), ``score`` (the smaller of the two sides' lattice R^2) and ``info`` (the cards and how
-    they were found, both factorisations' fit, theta, the correspondence, ``labels_x`` / ``labels_y`` (N, A)
+    they were found, ``partial`` (rows set aside by the omission-aware refit, per side and attribute), both factorisations' fit, theta, the correspondence, ``labels_x`` / ``labels_y`` (N, A)
     each row's fitted values, -1 for rows set aside, timings)."""
     from alignment.matching import MatchResult
 
@@ -310,6 +315,24 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
     t1 = time.perf_counter()
     fy = factorize_cached(Y[keep_y], cards, seed, radius)
     t2 = time.perf_counter()
+    partial = None
+    if estimated is not None and (drop_incomplete is None or drop_incomplete) and np.prod(cards) <= MAX_POINTS:
+        # the rows set aside are the omission-aware refit's (partial_rows), started from these factorisations;
+        # each side is factorised again on its complete rows when they changed
+        partial = {}
+        for key, Z, f, keep in (("x", X, fx, keep_x), ("y", Y, fy, keep_y)):
+            lab = partial_rows(Z, f, cards)
+            new_keep = (lab >= 0).all(1)
+            partial[key] = {"set_aside": int((~new_keep).sum()),
+                            "by_attribute": [int((lab[:, a] < 0).sum()) for a in range(len(cards))]}
+            if new_keep.sum() > len(cards) and (new_keep != keep).any():
+                f = factorize_cached(Z[new_keep], cards, seed, radius)
+                keep = new_keep
+            if key == "x":
+                fx, keep_x = f, keep
+            else:
+                fy, keep_y = f, keep
+    t3 = time.perf_counter()
 
     geometry = None
     if correspondence == "geometry":
@@ -340,10 +363,10 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
 
     info = {"cards": list(cards), "cards_estimated": estimated, "correspondence_rule": correspondence,
             "geometry": geometry, "x": side(fx), "y": side(fy), "value_misfit": round(misfit, 4),
-            "rows_kept": {"x": int(keep_x.sum()), "y": int(keep_y.sum())},
+            "rows_kept": {"x": int(keep_x.sum()), "y": int(keep_y.sum())}, "partial": partial,
             "correspondence": [{"y_attribute": int(p), "x_values": ox.tolist(), "y_values": oy.tolist()}
                                for p, ox, oy in corr],
             "labels_x": labels_x, "labels_y": labels_y,
             "seconds": {"estimate": round(te - t0, 2), "factorize_x": round(t1 - te, 2),
-                        "factorize_y": round(t2 - t1, 2), "total": round(time.perf_counter() - t0, 2)}}
+                        "factorize_y": round(t2 - t1, 2), "partial": round(t3 - t2, 2), "total": round(time.perf_counter() - t0, 2)}}
     return MatchResult(rot, perm, None, float(min(fx.r2, fy.r2)), info)

@@ -71,11 +71,12 @@ from alignment.procrustes import svd
 
 # The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
 # fallback and held-out trust check; 3: the lattice factorisation made independent of the rows' order; 4: auto's
-# fallback is the multistart matcher, chosen by the held-out assignment score).
+# fallback is the multistart matcher, chosen by the held-out assignment score; 5: the lattice matcher with cards
+# estimated sets aside the rows of its omission-aware refit, alignment.lattice_fit.partial_rows).
 # Cached pair-free maps and the tables built from them carry it in their keys
 # (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of reading a
 # stale answer.
-MATCHER_VERSION = 4
+MATCHER_VERSION = 5
 
 # "auto" accepts the PCA/ICP answer outright when at least AUTO_SURE_MUTUAL of the rows (of the smaller side)
 # are mutual nearest neighbours under its rotation and there are AUTO_SURE_ROWS_PER_DIM rows (of the smaller

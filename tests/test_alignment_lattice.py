@@ -225,3 +225,33 @@ def test_lattice_rotation_of_the_found_correspondence_is_the_matchers_rotation()
     A, B = wrong.transform(E), res.rotation.transform(E)
     nearest = ((A[:, None] - B[None]) ** 2).sum(-1).argmin(1)
     assert np.mean(nearest == np.arange(len(E))) < 0.5
+
+
+def test_partial_rows_finds_the_rows_that_omit_an_attribute():
+    from alignment.lattice_fit import partial_points, partial_rows
+
+    rng = np.random.default_rng(3)
+    scenes, E = ideal_lattice(CARDS)
+    ix = _draw(scenes, rng, 1500)
+    X = E[ix] + 0.02 * rng.standard_normal((len(ix), E.shape[1]))
+    f = factorize(X, CARDS)
+    assert (partial_rows(X, f, CARDS) >= 0).all()        # no omission: no row set aside
+    # 300 more rows that each leave one attribute out: at the centroid of that attribute's values
+    P, L = partial_points(f.offset, f.values, CARDS)
+    assert len(P) == 324 + 54 + 162 + 3 * 108 and ((L < 0).sum(1) <= 1).all()
+    io = _draw(scenes, rng, 300)
+    drop = rng.integers(len(CARDS), size=300)
+    Om = E[io].copy()
+    for a in range(len(CARDS)):   # the attribute's component replaced by the mean of its values
+        rows = drop == a
+        value_means = np.stack([E[scenes[:, a] == v].mean(0) for v in range(CARDS[a])])
+        Om[rows] += value_means.mean(0) - value_means[scenes[io[rows], a]]
+    Z = np.vstack([X, Om + 0.02 * rng.standard_normal(Om.shape)])
+    start = factorize(Z, CARDS)                          # the partial rows bend this fit
+    lab = partial_rows(Z, start, CARDS)
+    flagged = (lab < 0).any(1)
+    assert not flagged[:len(X)].any() and flagged[len(X):].all()
+    # the rows that leave out one true attribute are flagged on one fitted attribute, a different one each
+    col = [int(np.argmax((lab[len(X):][drop == a] < 0).sum(0))) for a in range(len(CARDS))]
+    assert sorted(col) == list(range(len(CARDS)))
+    assert all((lab[len(X):][drop == a][:, col[a]] < 0).all() for a in range(len(CARDS)))

@@ -39,13 +39,13 @@ def test_cache_keys_are_those_the_pipeline_always_used():
     # the artifact names of maps fitted before the registry existed must stay the same
     assert key_params("paired") == {} and key_params("ridge") == {}
     # the pair-free map's name carries the matcher's answer version: a map from an older matcher is refitted
-    assert key_params("pairfree", max=2000) == {"max": 2000, "seed": 0, "matcher_version": 4}
+    assert key_params("pairfree", max=2000) == {"max": 2000, "seed": 0, "matcher_version": 5}
     assert key_params("random") == {"seed": 0}
     # the head map gained the class query (query_weight): a new map, so a new name on purpose
     assert key_params("head") == {"temperature": 4.0, "prompt": "a photo of a {c}.", "text_mean": "bank",
                                   "query_weight": 1.0}
     assert key_params("pairfree", max=500, progress=True) == {"max": 500, "seed": 0,  # progress changes nothing
-                                                              "matcher_version": 4}
+                                                              "matcher_version": 5}
     assert key_params("paired", scale=True) == {"scale": True}
 
 

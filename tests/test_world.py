@@ -846,3 +846,47 @@ def test_the_world_report_trains_again_its_decoder_of_a_retrained_encoder_only(m
     with pytest.raises(CacheMismatchError, match="trained for text encoder"):
         chain.decoder_for("world-ntp", ctx, tmp_path / "d.pt")
     assert calls == [False]
+
+
+def test_additive_r2_in_the_whole_space_and_in_the_lattice_subspace_known_answers():
+    from captioner.world import scenes as W
+    from captioner.world.setting import attribute_values
+    from eval.experiments.world_wide import additive_r2
+
+    keys = [sc.key() for sc in W.all_scenes()]
+    av = attribute_values(keys)
+    rng = np.random.default_rng(0)
+    # an additive lattice in the first 12 axes of 20: one random vector per value, each attribute centred
+    lat = np.zeros((len(keys), 20))
+    for a, v in av.items():
+        E = rng.normal(size=(v.max() + 1, 12))
+        lat[:, :12] += (E - E.mean(0))[v]
+    inter = np.zeros((len(keys), 20))    # a colour x size interaction, centred in both, in axes 12-19 only
+    cs = (av["colour"] - 2.5) * (av["size"] - 0.5)
+    inter[:, 12:] = np.outer(cs, rng.normal(size=8))
+    Z = lat + inter
+    want = (lat ** 2).sum() / ((lat ** 2).sum() + (inter ** 2).sum())   # the two parts are orthogonal
+    assert additive_r2(Z, keys) == pytest.approx(want, rel=1e-6)
+    assert additive_r2(Z, keys, within=True) == pytest.approx(1.0, abs=1e-9)
+    # the interaction inside the lattice's own axes: not a lattice even there
+    Z2 = lat.copy()
+    Z2[:, :8] += inter[:, 12:]
+    assert additive_r2(Z2, keys, within=True) < 0.99
+    assert additive_r2(lat, keys) == pytest.approx(1.0) and additive_r2(lat, keys, within=True) == pytest.approx(1.0)
+
+
+def test_world_wide_counts_the_sides_with_the_worlds_cards(monkeypatch):
+    from eval.experiments import world_wide as WW
+
+    def fake(preset, seed):   # seed 0: the view subspace right on both sides; seed 1: on the images only
+        side = {"eigenvalues": [1.0], "lattice_dim": 32, "searched_dim": 16, "additive_r2": 0.4,
+                "additive_r2_in_subspace": 0.9, "view_eigenvalues": [0.8], "view_k": 12}
+        good, bad = [6, 3, 3, 3, 2], [5, 5, 5, 3, 3]
+        return {"preset": preset, "seed": seed, "embed_dim": 32, "world_cards": good,
+                "sides": {"images": {**side, "cards": bad, "view_cards": good},
+                          "captions": {**side, "cards": good if seed else bad, "view_cards": bad if seed else good}}}
+
+    monkeypatch.setattr(WW, "run", fake)
+    res = WW.run_seeds("lab32", [0, 1])
+    assert res["sides"] == 4 and res["cards_right"] == {"cards": 1, "view_cards": 3}
+    assert WW.tables(res).endswith("cards right (4 sides, 2 seeds): from the cloud alone 1, in the view subspace 3")

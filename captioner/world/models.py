@@ -30,6 +30,8 @@ PRESETS = {
     # LM is trained 3 times (init seeds seed, seed + 1000, seed + 2000) and the run with the lowest final
     # training loss is kept; no label, no pair, no test figure in the choice
     "lab": {"restarts": 3},
+    # the lab world with 32-d embeddings, each model trained once (`python -m eval experiment world-wide --preset lab32`)
+    "lab32": {"embed_dim": 32},
     "gpu": {"n_train": 24000, "image_steps": 4800, "text_steps": 3200, "batch_size": 128},
 }
 # registry name -> (run folder, pooling)
