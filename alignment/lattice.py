@@ -68,7 +68,7 @@ from collections import OrderedDict
 import numpy as np
 
 from alignment.errors import AlignmentError
-from alignment.lattice_cards import estimate_cards, lattice_dimension  # noqa: F401
+from alignment.lattice_cards import estimate_cards, lattice_dimension, partial_rows  # noqa: F401
 from alignment.lattice_fit import (  # noqa: F401  (the lattice's API in one place)
     MAX_POINTS,
     VERTEX_RADIUS,
@@ -76,7 +76,6 @@ from alignment.lattice_fit import (  # noqa: F401  (the lattice's API in one pla
     factorize,
     log_prior,
     parse_cards,
-    partial_rows,
 )
 
 
@@ -279,7 +278,7 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
         attribute's mean: an omitted attribute, set aside); default True when ``cards`` is estimated, False
         otherwise. The rows set aside: first the estimate's flags (``info["complete"]`` of
         :func:`estimate_cards`), then those of the omission-aware refit started from that factorisation
-        (:func:`alignment.lattice_fit.partial_rows`: rows nearer a partial point, one attribute at its
+        (:func:`alignment.lattice_cards.partial_rows`: rows nearer a partial point, one attribute at its
         centroid, than any lattice point), and the side is factorised again on its complete rows
     max_attrs, max_values : the search space of the estimate (cards=None only)
 

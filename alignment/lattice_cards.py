@@ -24,6 +24,9 @@ any skew), the lattice spanning ``d = sum_a (k_a - 1)`` dimensions of a possibly
 
 Rows that sit at an attribute's mean rather than at one of its values (a caption that omits the attribute)
 are flagged in ``info["complete"]``: nearer the centre of the group's value centroids than their own value.
+Once a side is factorised, :func:`partial_rows` refits it with omissions in the model (each row at the nearest
+lattice point or partial point: one attribute at the centroid of its values) and finds those rows far more
+completely; ``alignment.lattice.match_lattice`` sets them aside.
 """
 from __future__ import annotations
 
@@ -324,3 +327,52 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     info = {"dim": int(d), "starts": len(bases), "eigenvalues": np.round(ev[: 2 * d], 4).tolist(), "candidates": candidates,
             "groups": groups, "complete": complete, "labels": labels}
     return cards, info
+
+
+PARTIAL_ITERS = 30   # rounds of the omission-aware refit (partial_rows); it settles in a handful
+
+
+def partial_points(offset: np.ndarray, values: list, cards) -> tuple[np.ndarray, np.ndarray]:
+    """(P (M, D), labels (M, A)): every point of the lattice (``offset`` + one value vector per attribute) and
+    every *partial* point (one attribute at the centroid of its values: label -1, zero in the sum-to-zero
+    coding), e.g. 324 + 540 points for cards 6,2,3,3,3."""
+    from alignment.lattice_fit import all_values
+
+    cards = tuple(cards)
+    labels = [all_values(cards)]
+    for a in range(len(cards)):
+        rest = all_values(cards[:a] + cards[a + 1:])
+        labels.append(np.insert(rest, a, -1, axis=1))
+    L = np.vstack(labels)
+    P = offset + sum(np.where(L[:, [a]] >= 0, values[a][np.maximum(L[:, a], 0)], 0.0) for a in range(len(cards)))
+    return P, L
+
+
+def partial_rows(Z, fit, cards, iters: int = PARTIAL_ITERS) -> np.ndarray:
+    """(N, A) each row's values, -1 for an attribute the row leaves out: the rows of a caption that omits an
+    attribute sit at the centroid of that attribute's values (a text JEPA trained on such captions puts them
+    there: the best prediction of a caption that names no colour is the colours' mean), not at a value.
+
+    An omission-aware refit started from ``fit`` (factorize's labelling): every row goes to the nearest of
+    the lattice's points and its partial points (:func:`partial_points`), then the offset and the value
+    vectors are refitted by least squares with each row's omitted attribute at its centroid, until no label
+    moves. The start matters: on the world's 20 %-omission captions a start from the estimate's k-means labels
+    (right for 51-96 % of the complete rows by attribute) settled with 2-6 % of complete captions set aside,
+    the start from factorize's fit with 0 % and 99.8 % of the omitting ones found (seed 1, docs/results/world.md).
+    A lattice with no omission loses few rows (0.2-0.7 % of the world's renders, seeds 0-2, the background
+    flagged; 0-0.1 % of complete captions)."""
+    from alignment.lattice_fit import design, nearest_rows, parse_cards, unpack
+
+    Z = np.asarray(Z, np.float64)
+    cards = parse_cards(cards)
+    offset, values = fit.offset, fit.values
+    labels = None
+    for _ in range(iters):
+        P, L = partial_points(offset, values, cards)
+        new = L[nearest_rows(Z, P)]
+        if labels is not None and (new == labels).all():
+            break
+        labels = new
+        coef = np.linalg.lstsq(design(labels, cards), Z, rcond=None)[0]
+        offset, values = unpack(coef, cards)
+    return labels

@@ -454,51 +454,6 @@ def factorize(Z, cards, seed: int = 0, radius: float = VERTEX_RADIUS) -> Lattice
     return finish(name, v)
 
 
-PARTIAL_ITERS = 30   # rounds of the omission-aware refit (partial_rows); it settles in a handful
-
-
-def partial_points(offset: np.ndarray, values: list, cards) -> tuple[np.ndarray, np.ndarray]:
-    """(P (M, D), labels (M, A)): every point of the lattice (``offset`` + one value vector per attribute) and
-    every *partial* point (one attribute at the centroid of its values: label -1, zero in the sum-to-zero
-    coding), e.g. 324 + 540 points for cards 6,2,3,3,3."""
-    cards = tuple(cards)
-    labels = [all_values(cards)]
-    for a in range(len(cards)):
-        rest = all_values(cards[:a] + cards[a + 1:])
-        labels.append(np.insert(rest, a, -1, axis=1))
-    L = np.vstack(labels)
-    P = offset + sum(np.where(L[:, [a]] >= 0, values[a][np.maximum(L[:, a], 0)], 0.0) for a in range(len(cards)))
-    return P, L
-
-
-def partial_rows(Z, fit: LatticeFit, cards, iters: int = PARTIAL_ITERS) -> np.ndarray:
-    """(N, A) each row's values, -1 for an attribute the row leaves out: the rows of a caption that omits an
-    attribute sit at the centroid of that attribute's values (a text JEPA trained on such captions puts them
-    there: the best prediction of a caption that names no colour is the colours' mean), not at a value.
-
-    An omission-aware refit started from ``fit`` (factorize's labelling): every row goes to the nearest of
-    the lattice's points and its partial points (:func:`partial_points`), then the offset and the value
-    vectors are refitted by least squares with each row's omitted attribute at its centroid, until no label
-    moves. The start matters: on the world's 20 %-omission captions a start from the estimate's k-means labels
-    (right for 51-96 % of the complete rows by attribute) settled with 2-6 % of complete captions set aside,
-    the start from factorize's fit with 0 % and 99.8 % of the omitting ones found (seed 1, docs/results/world.md).
-    A lattice with no omission loses few rows (0.2-0.7 % of the world's renders, seeds 0-2, the background
-    flagged; 0-0.1 % of complete captions)."""
-    Z = np.asarray(Z, np.float64)
-    cards = parse_cards(cards)
-    offset, values = fit.offset, fit.values
-    labels = None
-    for _ in range(iters):
-        P, L = partial_points(offset, values, cards)
-        new = L[nearest_rows(Z, P)]
-        if labels is not None and (new == labels).all():
-            break
-        labels = new
-        coef = np.linalg.lstsq(design(labels, cards), Z, rcond=None)[0]
-        offset, values = unpack(coef, cards)
-    return labels
-
-
 def log_prior(labels: np.ndarray, cards) -> list:
     """theta_a (sum-to-zero, per attribute) of the Poisson log-linear model of the counts of each distinct
     value combination among ``labels`` (N, A): ``log E[count] = c + sum_a theta_a[value_a]`` (IRLS)."""

@@ -72,7 +72,7 @@ from alignment.procrustes import svd
 # The matchers' answer version, raised whenever the same input can give another answer (2: auto's annealed
 # fallback and held-out trust check; 3: the lattice factorisation made independent of the rows' order; 4: auto's
 # fallback is the multistart matcher, chosen by the held-out assignment score; 5: the lattice matcher with cards
-# estimated sets aside the rows of its omission-aware refit, alignment.lattice_fit.partial_rows).
+# estimated sets aside the rows of its omission-aware refit, alignment.lattice_cards.partial_rows).
 # Cached pair-free maps and the tables built from them carry it in their keys
 # (``captioner.rotations.key_params``, ``eval.world.table``), so an upgrade refits them instead of reading a
 # stale answer.

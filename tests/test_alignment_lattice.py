@@ -228,7 +228,7 @@ def test_lattice_rotation_of_the_found_correspondence_is_the_matchers_rotation()
 
 
 def test_partial_rows_finds_the_rows_that_omit_an_attribute():
-    from alignment.lattice_fit import partial_points, partial_rows
+    from alignment.lattice_cards import partial_points, partial_rows
 
     rng = np.random.default_rng(3)
     scenes, E = ideal_lattice(CARDS)
