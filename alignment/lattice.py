@@ -259,6 +259,18 @@ def _estimate_both(X, Y, seed, max_attrs, max_values) -> tuple[tuple, np.ndarray
     return cards, ix["complete"], iy["complete"], info
 
 
+def _set_aside_partial(Z, f: LatticeFit, keep: np.ndarray, cards, seed: int, radius: float) -> tuple:
+    """(fit, kept rows, summary) of one side after the omission-aware refit (:func:`partial_rows` from ``f``):
+    the side factorised again on the rows at no partial point when they differ from ``keep``."""
+    lab = partial_rows(Z, f, cards)
+    new_keep = (lab >= 0).all(1)
+    summary = {"set_aside": int((~new_keep).sum()),
+               "by_attribute": [int((lab[:, a] < 0).sum()) for a in range(len(cards))]}
+    if new_keep.sum() > len(cards) and (new_keep != keep).any():
+        return factorize_cached(Z[new_keep], cards, seed, radius), new_keep, summary
+    return f, keep, summary
+
+
 def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS,
                   correspondence: str | None = None, drop_incomplete: bool | None = None, max_attrs: int = 6,
                   max_values: int = 8, **_ignored):
@@ -318,19 +330,9 @@ def match_lattice(X, Y, cards=None, seed: int = 0, radius: float = VERTEX_RADIUS
     if estimated is not None and (drop_incomplete is None or drop_incomplete) and np.prod(cards) <= MAX_POINTS:
         # the rows set aside are the omission-aware refit's (partial_rows), started from these factorisations;
         # each side is factorised again on its complete rows when they changed
-        partial = {}
-        for key, Z, f, keep in (("x", X, fx, keep_x), ("y", Y, fy, keep_y)):
-            lab = partial_rows(Z, f, cards)
-            new_keep = (lab >= 0).all(1)
-            partial[key] = {"set_aside": int((~new_keep).sum()),
-                            "by_attribute": [int((lab[:, a] < 0).sum()) for a in range(len(cards))]}
-            if new_keep.sum() > len(cards) and (new_keep != keep).any():
-                f = factorize_cached(Z[new_keep], cards, seed, radius)
-                keep = new_keep
-            if key == "x":
-                fx, keep_x = f, keep
-            else:
-                fy, keep_y = f, keep
+        fx, keep_x, px = _set_aside_partial(X, fx, keep_x, cards, seed, radius)
+        fy, keep_y, py = _set_aside_partial(Y, fy, keep_y, cards, seed, radius)
+        partial = {"x": px, "y": py}
     t3 = time.perf_counter()
 
     geometry = None

@@ -332,20 +332,26 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
 PARTIAL_ITERS = 30   # rounds of the omission-aware refit (partial_rows); it settles in a handful
 
 
-def partial_points(offset: np.ndarray, values: list, cards) -> tuple[np.ndarray, np.ndarray]:
-    """(P (M, D), labels (M, A)): every point of the lattice (``offset`` + one value vector per attribute) and
-    every *partial* point (one attribute at the centroid of its values: label -1, zero in the sum-to-zero
-    coding), e.g. 324 + 540 points for cards 6,2,3,3,3."""
+def partial_labels(cards) -> np.ndarray:
+    """(M, A) the value combinations of every lattice point and every *partial* point (one attribute at the
+    centroid of its values: label -1), e.g. 324 + 540 rows for cards 6,2,3,3,3."""
     from alignment.lattice_fit import all_values
 
     cards = tuple(cards)
-    labels = [all_values(cards)]
-    for a in range(len(cards)):
-        rest = all_values(cards[:a] + cards[a + 1:])
-        labels.append(np.insert(rest, a, -1, axis=1))
-    L = np.vstack(labels)
-    P = offset + sum(np.where(L[:, [a]] >= 0, values[a][np.maximum(L[:, a], 0)], 0.0) for a in range(len(cards)))
-    return P, L
+    return np.vstack([all_values(cards)] + [np.insert(all_values(cards[:a] + cards[a + 1:]), a, -1, axis=1)
+                                            for a in range(len(cards))])
+
+
+def _points(L: np.ndarray, offset: np.ndarray, values: list) -> np.ndarray:
+    """(M, D) the points of the combinations ``L`` (a -1 label adds nothing: the attribute at its centroid)."""
+    return offset + sum(np.where(L[:, [a]] >= 0, values[a][np.maximum(L[:, a], 0)], 0.0) for a in range(L.shape[1]))
+
+
+def partial_points(offset: np.ndarray, values: list, cards) -> tuple[np.ndarray, np.ndarray]:
+    """(P (M, D), labels (M, A)): every point of the lattice (``offset`` + one value vector per attribute) and
+    every partial point (:func:`partial_labels`; zero in the sum-to-zero coding for the attribute left out)."""
+    L = partial_labels(cards)
+    return _points(L, offset, values), L
 
 
 def partial_rows(Z, fit, cards, iters: int = PARTIAL_ITERS) -> np.ndarray:
@@ -365,11 +371,11 @@ def partial_rows(Z, fit, cards, iters: int = PARTIAL_ITERS) -> np.ndarray:
 
     Z = np.asarray(Z, np.float64)
     cards = parse_cards(cards)
+    L = partial_labels(cards)
     offset, values = fit.offset, fit.values
     labels = None
     for _ in range(iters):
-        P, L = partial_points(offset, values, cards)
-        new = L[nearest_rows(Z, P)]
+        new = L[nearest_rows(Z, _points(L, offset, values))]
         if labels is not None and (new == labels).all():
             break
         labels = new

@@ -169,7 +169,6 @@ def test_prior_weights_and_prompts_known_answers():
     assert "a crimson dot" in p["colour"][0][1]
 
 
-
 def test_attribute_head_is_the_mean_of_the_bank_captions_that_name_each_value():
     from captioner.encoders.base import l2n
     from captioner.world.zeroshot import attribute_head, prompts
@@ -199,6 +198,7 @@ def test_attribute_head_is_the_mean_of_the_bank_captions_that_name_each_value():
     seen.clear()
     attribute_head(encode, "colour", mu)
     assert seen == [p for _, ps in prompts()["colour"] for p in ps]
+
 
 def test_side_stats_and_compare_sides_known_answers():
     from captioner.world.setting import compare_sides, side_stats

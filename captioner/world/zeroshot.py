@@ -77,6 +77,7 @@ def attribute_head(encode, attribute: str, mu: np.ndarray, bank=None) -> tuple[l
     named = {}
     if bank is not None and HEADS == "bank":
         texts, E = bank
+        E = np.asarray(E, np.float32)
         for i, t in enumerate(texts):
             named.setdefault(read_caption(t)[attr], []).append(i)
     need = [p for v, ps in rows if v not in named for p in ps]
@@ -84,7 +85,7 @@ def attribute_head(encode, attribute: str, mu: np.ndarray, bank=None) -> tuple[l
     parts, counts, k = [], [], 0
     for v, ps in rows:
         if v in named:
-            parts.append(np.asarray(bank[1], np.float32)[named[v]])
+            parts.append(E[named[v]])
         else:
             parts.append(P[k:k + len(ps)])
             k += len(ps)
