@@ -48,6 +48,7 @@ def main(argv=None) -> dict:
         from eval.world import chain
 
         chain.DECODER = {**chain.DECODER, "steps": 60}
+        kw["jobs"] = 1          # the shorter decoder lives in this process, not in a report worker's
     res = world_report(preset, trained, device="cuda" if device == "auto" and _cuda() else "cpu", progress=False,
                        **kw)
     timings["report_s"] = round(time.time() - t, 1)

@@ -333,6 +333,9 @@ def test_device_script_smoke_runs_the_whole_chain_and_refuses_bad_input(tmp_path
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     monkeypatch.setattr(mod, "_cuda", lambda: False)
+    from eval.world import chain
+
+    monkeypatch.setattr(chain, "DECODER", chain.DECODER)   # --smoke shortens the decoder: not for later tests
     summary = mod.main(["--smoke", "--home", str(tmp_path / "home")])
     assert summary["seeds"] == [0] and summary["preset"] == "quick"
     res = json.loads((tmp_path / "home" / "world" / "report-quick" / "results.json").read_text())
@@ -880,13 +883,50 @@ def test_world_wide_counts_the_sides_with_the_worlds_cards(monkeypatch):
 
     def fake(preset, seed):   # seed 0: the view subspace right on both sides; seed 1: on the images only
         side = {"eigenvalues": [1.0], "lattice_dim": 32, "searched_dim": 16, "additive_r2": 0.4,
-                "additive_r2_in_subspace": 0.9, "view_eigenvalues": [0.8], "view_k": 12}
+                "additive_r2_in_subspace": 0.9, "view_eigenvalues": [0.8], "view_k": 12, "scenes": 60,
+                "corpus_scenes": 194}
         good, bad = [6, 3, 3, 3, 2], [5, 5, 5, 3, 3]
         return {"preset": preset, "seed": seed, "embed_dim": 32, "world_cards": good,
-                "sides": {"images": {**side, "cards": bad, "view_cards": good},
-                          "captions": {**side, "cards": good if seed else bad, "view_cards": bad if seed else good}}}
+                "sides": {"images": {**side, "cards": bad, "view_cards": good, "corpus_cards": good},
+                          "captions": {**side, "cards": good if seed else bad, "view_cards": bad if seed else good,
+                                       "corpus_cards": bad if seed else good}}}
 
     monkeypatch.setattr(WW, "run", fake)
     res = WW.run_seeds("lab32", [0, 1])
-    assert res["sides"] == 4 and res["cards_right"] == {"cards": 1, "view_cards": 3}
-    assert WW.tables(res).endswith("cards right (4 sides, 2 seeds): from the cloud alone 1, in the view subspace 3")
+    assert res["sides"] == 4 and res["cards_right"] == {"cards": 1, "view_cards": 3, "corpus_cards": 3}
+    text = WW.tables(res)
+    assert text.endswith("cards right (4 sides, 2 seeds): from the cloud alone 1, in the view subspace 3, from the "
+                         "training corpus in the view subspace 3")
+    assert "| 6,3,3,3,2 (194 scenes; the cloud 60) |" in text
+    # the view subspace's size: the largest ratio of a leading eigenvalue to the next
+    assert WW.view_dimension(np.array([0.8, 0.78, 0.75, 0.4, 0.38])) == 3
+    assert WW.view_dimension(np.array([0.7])) == 1
+
+
+def test_the_world_report_computes_seeds_in_worker_processes_with_the_same_rows(tmp_path, monkeypatch):
+    """`world report --jobs 2`: each seed in a spawned worker (here reading its kept rows, written under the
+    real key), the rows back in seed order and the same as one process gives; --jobs 0 is refused."""
+    from captioner.world import models as WM
+    from captioner.world.data import fingerprint
+    from eval.world.table import default_jobs, rows_key, world_report
+
+    monkeypatch.setenv("CAPTIONER_HOME", str(tmp_path / "home"))
+    out = tmp_path / "rep"
+    out.mkdir()
+    for seed in (2, 0):
+        folder = WM.world_dir("quick", seed, "train")
+        folder.mkdir(parents=True)
+        (folder / WM.META).write_text(json.dumps({"preset": "quick", "seed": seed, "world": fingerprint(),
+                                                  "scenes": "train", "n": seed}))
+        rows = [{"text": "text-jepa", "rotation": rot, "seed": seed, "cider_x100": 10.0 * seed + i}
+                for i, rot in enumerate(("paired", "random"))]
+        (out / f"seed-{seed}.json").write_text(json.dumps({"key": rows_key("quick", seed, scenes="train"),
+                                                            "rows": rows}))
+    got = {jobs: world_report("quick", (2, 0), out=out, progress=False, scenes="train", jobs=jobs)["rows"]
+           for jobs in (1, 2)}
+    assert got[1] == got[2]
+    assert [(r["seed"], r["rotation"], r["cider_x100"]) for r in got[2]] == [
+        (2, "paired", 20.0), (2, "random", 21.0), (0, "paired", 0.0), (0, "random", 1.0)]
+    assert default_jobs("cuda", 3) == 1 and default_jobs("cpu", 1) == 1
+    with pytest.raises(CaptionerError, match="--jobs must be 1 or more, not 0"):
+        world_report("quick", (0,), out=out, progress=False, scenes="train", jobs=0)

@@ -29,9 +29,12 @@ def cli():
 @click.option("--scenes", type=click.Choice(["all", "train"]), default="all", show_default=True,
               help="the encoders trained on all scenes, or on each seed's train scenes only (`captioner world train "
                    "--scenes train`; default --out then report-<preset>-train)")
+@click.option("--jobs", type=int, default=None,
+              help="seeds computed at once, each in a process of its own on one core (default: one a core on the "
+                   "CPU, at most one a seed; 1 on an accelerator)")
 @click.option("--json", "as_json", is_flag=True, help="print results.json")
 @click.option("--quiet", is_flag=True, help="no progress lines")
-def report_cli(preset, seeds, texts, rotations, out, device, scenes, as_json, quiet):
+def report_cli(preset, seeds, texts, rotations, out, device, scenes, jobs, as_json, quiet):
     """The world's table: text encoder x rotation (paired, pair-free on disjoint or the same scenes, POT GW,
     random), with matcher accuracy, held-out residual, R@1, CIDEr x100 and zero-shot top-1, mean +- std
     over seeds, and the issue's targets. Each seed's rows are kept and reused while its models are."""
@@ -54,7 +57,7 @@ def report_cli(preset, seeds, texts, rotations, out, device, scenes, as_json, qu
         raise CaptionerError(f"--seeds must be integers separated by commas, not {seeds!r}") from None
     res = world_report(preset, seed_list, out=out, device=device, progress=not quiet,
                        text_keys=listed(texts, TEXT_ENCODERS, "text encoder"),
-                       rotation_keys=listed(rotations, ROTATIONS, "rotation"), scenes=scenes)
+                       rotation_keys=listed(rotations, ROTATIONS, "rotation"), scenes=scenes, jobs=jobs)
     from eval.world.table import format_table
 
     click.echo(json.dumps(res, indent=2) if as_json else format_table(res))

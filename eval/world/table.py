@@ -33,24 +33,34 @@ def _models_key(preset: str, seed: int, scenes: str = "all") -> str:
     return hashlib.sha256((folder / META).read_bytes()).hexdigest()[:12]
 
 
+def rows_key(preset: str, seed: int, text_keys=None, rotation_keys=None, random_rotations: int | None = None,
+             scenes: str = "all") -> dict:
+    """What one seed's rows depend on (its models' hash, the plan, the setting, the matcher's version): a
+    kept seed-<seed>.json is reused only under the same key."""
+    from alignment.pairfree import MATCHER_VERSION
+    from captioner.world.setting import N_CAPTIONS, N_IMAGES, PRIOR
+    from captioner.world.zeroshot import HEADS, PROTOTYPE_WEIGHT
+    from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS
+
+    train = scenes == "train"
+    return {"models": _models_key(preset, seed, scenes),
+            "text": list(text_keys or (TRAIN_SCENES_TEXT if train else TEXT_ENCODERS)),
+            "rotations": list(rotation_keys or (TRAIN_SCENES_ROTATIONS if train else DEFAULT_ROTATIONS)),
+            "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS], "decoder": DECODER, "decode_input": DECODE_INPUT,
+            "prototype_weight": PROTOTYPE_WEIGHT, "zeroshot_heads": HEADS,
+            "random_rotations": random_rotations or RANDOM_ROTATIONS, "matcher_version": MATCHER_VERSION}
+
+
 def seed_rows(preset: str, seed: int, out: Path, device: str = "cpu", progress: bool = True,
               text_keys=None, rotation_keys=None, random_rotations: int | None = None,
               scenes: str = "all") -> list[dict]:
     """The rows of one seed (the world models trained on ``scenes``): from ``out/seed-<seed>.json`` when made with the same models, plan and matcher
-    version, else computed (``chain.run_seed`` + ``chain.cider``) and written."""
-    from alignment.pairfree import MATCHER_VERSION
+    version (``rows_key``), else computed (``chain.run_seed`` + ``chain.cider``) and written."""
     from captioner.paths import atomic_write_json
-    from captioner.world.setting import N_CAPTIONS, N_IMAGES, PRIOR, setting
-    from captioner.world.zeroshot import HEADS, PROTOTYPE_WEIGHT
-    from eval.world.chain import DECODE_INPUT, DECODER, RANDOM_ROTATIONS, cider, run_seed
+    from captioner.world.setting import setting
+    from eval.world.chain import cider, run_seed
 
-    train = scenes == "train"
-    key = {"models": _models_key(preset, seed, scenes),
-           "text": list(text_keys or (TRAIN_SCENES_TEXT if train else TEXT_ENCODERS)),
-           "rotations": list(rotation_keys or (TRAIN_SCENES_ROTATIONS if train else DEFAULT_ROTATIONS)), "prior": PRIOR, "n": [N_IMAGES, N_CAPTIONS],
-           "decoder": DECODER, "decode_input": DECODE_INPUT,
-           "prototype_weight": PROTOTYPE_WEIGHT, "zeroshot_heads": HEADS, "random_rotations": random_rotations or RANDOM_ROTATIONS,
-           "matcher_version": MATCHER_VERSION}
+    key = rows_key(preset, seed, text_keys, rotation_keys, random_rotations, scenes)
     path = out / f"seed-{seed}.json"
     if path.is_file():
         old = json.loads(path.read_text())
@@ -159,12 +169,55 @@ def report_dir(preset: str, scenes: str = "all") -> Path:
     return home() / "world" / (f"report-{preset}" + ("" if scenes == "all" else f"-{scenes}"))
 
 
+def default_jobs(device: str, n_seeds: int) -> int:
+    """Seeds computed at once by default: one a core (at most one a seed) on the CPU, one on an accelerator."""
+    import os
+
+    return max(1, min(n_seeds, os.cpu_count() or 1)) if device == "cpu" else 1
+
+
+def _seed_rows_in_worker(args) -> list[dict]:
+    """``seed_rows`` in a worker process that uses one core (torch's and BLAS's threads set to 1)."""
+    import torch
+
+    torch.set_num_threads(1)
+    return seed_rows(*args)
+
+
+def _all_seed_rows(seeds, jobs: int, args: tuple) -> list[dict]:
+    """Every seed's rows, in seed order: ``jobs`` seeds at once in worker processes (spawned with one BLAS
+    thread each, so two jobs on two cores do not fight over them), or in this process with ``jobs`` 1 or one
+    seed. A seed is written to its JSON as soon as it is done, so a killed report keeps the finished ones."""
+    import os
+    from concurrent.futures import ProcessPoolExecutor
+    from multiprocessing import get_context
+
+    preset, out, device, progress, text_keys, rotation_keys, random_rotations, scenes = args
+    per = [(preset, int(s), out, device, progress, text_keys, rotation_keys, random_rotations, scenes) for s in seeds]
+    if jobs <= 1 or len(per) <= 1:
+        return [r for a in per for r in seed_rows(*a)]
+    names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
+    saved = {k: os.environ.get(k) for k in names}
+    os.environ.update({k: "1" for k in names})       # read by the spawned workers' numpy and torch at import
+    try:
+        with ProcessPoolExecutor(max_workers=min(jobs, len(per)), mp_context=get_context("spawn")) as pool:
+            return [r for rows in pool.map(_seed_rows_in_worker, per) for r in rows]
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "cpu", progress: bool = True,
-                 text_keys=None, rotation_keys=None, random_rotations: int | None = None, scenes: str = "all") -> dict:
+                 text_keys=None, rotation_keys=None, random_rotations: int | None = None, scenes: str = "all",
+                 jobs: int | None = None) -> dict:
     """Rows for every seed (missing models: a one-line error naming the training command), the aggregate,
     the targets; written as results.json and world.md in ``out`` (default ``<home>/world/report-<preset>``,
     ``report-<preset>-train`` for the encoders trained on the train scenes only: ``scenes`` "train").
-    ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``)."""
+    ``random_rotations``: random rotations per seed for the floor (default ``chain.RANDOM_ROTATIONS``);
+    ``jobs``: seeds computed at once in worker processes (default ``default_jobs``: one a core on the CPU)."""
     from captioner.paths import atomic_write_json
     from captioner.world.setting import disjoint_sides, setting
 
@@ -176,8 +229,15 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
     out = Path(out) if out else report_dir(preset, scenes)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    rows = [r for s in seeds for r in seed_rows(preset, int(s), out, device, progress, text_keys, rotation_keys,
-                                                random_rotations, scenes)]
+    from captioner.world.models import read_meta, world_dir
+
+    for s in seeds:      # missing models: the one-line error now, not from inside a worker
+        read_meta(world_dir(preset, int(s), scenes), preset, int(s), scenes)
+    jobs = default_jobs(device, len(seeds)) if jobs is None else jobs
+    if jobs < 1:
+        raise CaptionerError(f"world report: --jobs must be 1 or more, not {jobs}")
+    rows = _all_seed_rows(seeds, jobs, (preset, out, device, progress, text_keys, rotation_keys, random_rotations,
+                                        scenes))
     res = {"preset": preset, **({} if scenes == "all" else {"scenes": scenes}), "seeds": [int(s) for s in seeds],
            "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
            "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
