@@ -298,7 +298,7 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
                              "estimate the attributes from; give this side more distinct items, or give the "
                              "cards (match_lattice(cards=...), `captioner align fit --cards 6,2,3,3,3`)")
     cm = C0.mean(0)
-    evv, U = np.linalg.eigh(np.cov(C0 - cm, rowvar=False, bias=True))
+    evv, U = np.linalg.eigh(np.atleast_2d(np.cov(C0 - cm, rowvar=False, bias=True)))   # (1, 1) for one axis
     T = U / np.sqrt(np.maximum(evv, evv.max() * 1e-9))               # whitening of the distinct points
     Wv = (C0 - cm) @ T
     tried, bases = _search(Wv, d, max_attrs, max_values, rng)

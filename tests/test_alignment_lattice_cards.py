@@ -5,6 +5,7 @@ lattices only (eval.experiments.lattice_prior.clouds); nothing is trained."""
 import numpy as np
 import pytest
 
+from alignment.errors import AlignmentError
 from alignment.lattice import (
     LatticeFit,
     correspond,
@@ -151,3 +152,13 @@ def test_a_cloud_with_no_lattice_gets_one_fastica_start():
     cards, info = estimate_cards(Z, seed=0)
     assert info["starts"] == 1 and info["dim"] == 8
     assert sum(c - 1 for c in cards) == 8
+
+
+def test_a_one_axis_cloud_is_one_two_valued_attribute():
+    """One lattice axis (e.g. a view subspace read as one direction) holds one 2-valued attribute: k values span
+    k - 1 axes, so three collinear values are still one axis' two ends. It used to fail inside numpy."""
+    rng = np.random.default_rng(0)
+    cards, info = estimate_cards(np.repeat([[0.0], [1.0], [3.0]], 50, 0) + rng.normal(0, 0.01, (150, 1)))
+    assert cards == (2,) and info["dim"] == 1 and info["labels"].shape == (150, 1)
+    with pytest.raises(AlignmentError, match="2 distinct points in 1 lattice dimensions, too few"):
+        estimate_cards(np.repeat([[0.0], [1.0]], 60, 0) + rng.normal(0, 0.01, (120, 1)))

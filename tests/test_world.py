@@ -876,6 +876,11 @@ def test_additive_r2_in_the_whole_space_and_in_the_lattice_subspace_known_answer
     Z2[:, :8] += inter[:, 12:]
     assert additive_r2(Z2, keys, within=True) < 0.99
     assert additive_r2(lat, keys) == pytest.approx(1.0) and additive_r2(lat, keys, within=True) == pytest.approx(1.0)
+    # the true subspace: the lattice's 12 axes exactly (sum of k - 1 over 6,3,3,3,2), the interaction's not in it
+    from eval.experiments.world_wide import true_subspace
+
+    V = true_subspace(Z, keys)
+    assert V.shape == (12, 20) and np.allclose(V[:, 12:], 0, atol=1e-9) and np.allclose(V @ V.T, np.eye(12))
 
 
 def test_world_wide_counts_the_sides_with_the_worlds_cards(monkeypatch):
@@ -893,10 +898,12 @@ def test_world_wide_counts_the_sides_with_the_worlds_cards(monkeypatch):
 
     monkeypatch.setattr(WW, "run", fake)
     res = WW.run_seeds("lab32", [0, 1])
-    assert res["sides"] == 4 and res["cards_right"] == {"cards": 1, "view_cards": 3, "corpus_cards": 3}
+    assert res["sides"] == 4 and res["cards_right"] == {"cards": 1, "view_cards": 3, "corpus_cards": 3,
+                                                        "true_subspace_cards": 0, "corpus_true_subspace_cards": 0}
     text = WW.tables(res)
     assert text.endswith("cards right (4 sides, 2 seeds): from the cloud alone 1, in the view subspace 3, from the "
-                         "training corpus in the view subspace 3")
+                         "training corpus in the view subspace 3; in the true subspace (diagnostic): the cloud 0, "
+                         "the corpus 0")
     assert "| 6,3,3,3,2 (194 scenes; the cloud 60) |" in text
     # the view subspace's size: the largest ratio of a leading eigenvalue to the next
     assert WW.view_dimension(np.array([0.8, 0.78, 0.75, 0.4, 0.38])) == 3

@@ -10,7 +10,8 @@ pair; single attributes should have eigenvalue ~(1 - CORRUPT)^2, products of two
 the largest eigenvalue ratio among the leading 24 and the cards estimated inside it. The last column estimates
 the cards the same way from the modality's own training corpus (both views of its first 3,000 training draws,
 over all the seed's train scenes) instead of the disjoint setting's cloud (56-89 of them): still no cross-modal
-pair and nothing from the world's definition.
+pair and nothing from the world's definition. The last: the same estimate in the true lattice subspace (the span
+of the additive model fitted on the true labels: a diagnostic), on the cloud and on the corpus.
 
     python -m eval experiment world-wide [--preset ci32] [--seeds 0,1,2] [--out F.json] [--json]
 
@@ -50,14 +51,20 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
         k = view_dimension(lam)
         vcards, _ = estimate_cards((Z - mu) @ P[:, :k])
         A, B = views[side]
-        ccards, _ = estimate_cards((np.concatenate([A, B]) - mu) @ P[:, :k])
+        C = np.concatenate([A, B])
+        ccards, _ = estimate_cards((C - mu) @ P[:, :k])
+        # the same estimate in the true lattice subspace (found with the labels): can the cloud be read at all?
+        ocards, _ = estimate_cards((Z - Z.mean(0)) @ true_subspace(Z, keys).T)
+        V = true_subspace(C, views["keys"] * 2)
+        cocards, _ = estimate_cards((C - C.mean(0)) @ V.T)
         out["sides"][side] = {"eigenvalues": np.round(ev[:20] / ev[0], 3).tolist(), "lattice_dim": int(d),
                               "searched_dim": int(info["dim"]), "cards": list(cards),
                               "additive_r2": round(additive_r2(Z, keys), 3),
                               "additive_r2_in_subspace": round(additive_r2(Z, keys, within=True), 3),
                               "view_eigenvalues": np.round(lam[:20], 3).tolist(), "view_k": k,
                               "view_cards": list(vcards), "scenes": len(set(keys)),
-                              "corpus_scenes": views["scenes"], "corpus_cards": list(ccards)}
+                              "corpus_scenes": len(set(views["keys"])), "corpus_cards": list(ccards),
+                              "true_subspace_cards": list(ocards), "corpus_true_subspace_cards": list(cocards)}
     return out
 
 
@@ -66,6 +73,19 @@ def view_dimension(lam: np.ndarray, m: int = 24) -> int:
     leading ``m``; the whole space when it has a single direction)."""
     m = min(m, len(lam) - 1)
     return int(np.argmax(lam[:m] / np.maximum(lam[1:m + 1], 1e-12))) + 1 if m else len(lam)
+
+
+def true_subspace(Z: np.ndarray, keys) -> np.ndarray:
+    """(d, D) orthonormal basis of the span of the additive model fitted to ``Z``'s rows on the *true* labels
+    (a diagnostic, never given to the estimate): the lattice's own subspace, were it found."""
+    from captioner.world.setting import attribute_values
+
+    uk, inv = np.unique(np.asarray(keys), return_inverse=True)
+    av = attribute_values(list(uk))
+    H = np.concatenate([np.ones((len(Z), 1))] + [np.eye(v.max() + 1)[v[inv]] for v in av.values()], 1)
+    F = H @ np.linalg.lstsq(H, Z, rcond=None)[0]
+    _, sv, Vt = np.linalg.svd(F - F.mean(0), full_matrices=False)
+    return Vt[sv > sv[0] * 1e-6]
 
 
 def additive_r2(Z: np.ndarray, keys: list[str], within: bool = False) -> float:
@@ -92,8 +112,8 @@ def additive_r2(Z: np.ndarray, keys: list[str], within: bool = False) -> float:
 
 def view_pairs(preset: str, seed: int, n: int = 3000) -> dict:
     """side -> (A, B): unit-length embeddings of two views (renders 0 and 1; captions 0 and 1) of the first
-    ``n`` training draws, by the world's image and text JEPA (the scene lab's ``view_fit``); "scenes": how many
-    distinct scenes those draws are."""
+    ``n`` training draws, by the world's image and text JEPA (the scene lab's ``view_fit``); "keys": those
+    draws' scene keys (for the diagnostics only)."""
     from captioner.jepa.embed import embed_texts, embed_uint8
     from captioner.world.models import world_dir
     from captioner.world.recipe import train_models
@@ -109,7 +129,7 @@ def view_pairs(preset: str, seed: int, n: int = 3000) -> dict:
     img = [unit(embed_uint8(t["image"][0], t["img_data"].images[:n, r])) for r in (0, 1)]
     txt = [unit(embed_texts(t["text"][0], "text-jepa", [c[r] for c in t["corpus"].scenes[:n]], t["max_len"]))
            for r in (0, 1)]
-    return {"images": tuple(img), "captions": tuple(txt), "scenes": len({sc.key() for sc in t["scenes"][:n]})}
+    return {"images": tuple(img), "captions": tuple(txt), "keys": [sc.key() for sc in t["scenes"][:n]]}
 
 
 def table(res: dict) -> str:
@@ -117,8 +137,8 @@ def table(res: dict) -> str:
              f"{','.join(map(str, res['world_cards']))}", "",
              "| side | leading eigenvalues / first | gap-read dimension | searched | cards estimated | additive R^2 "
              "(true labels) | the same in its own subspace | view eigenvalues | view k | cards in the view subspace "
-             "| cards from the training corpus (view subspace) |",
-             "|---|---|---:|---:|---|---:|---:|---|---:|---|---|"]
+             "| cards from the training corpus (view subspace) | cards in the true subspace: cloud / corpus |",
+             "|---|---|---:|---:|---|---:|---:|---|---:|---|---|---|"]
     for side, s in res["sides"].items():
         lines.append(f"| {side} | {', '.join(f'{v:.2f}' for v in s['eigenvalues'][:14])} | {s['lattice_dim']} | "
                      f"{s['searched_dim']} | {','.join(map(str, s['cards']))} | {s['additive_r2']:.3f} | "
@@ -126,7 +146,10 @@ def table(res: dict) -> str:
                      f"{', '.join(f'{v:.2f}' for v in s['view_eigenvalues'][:14])} | {s['view_k']} | "
                      f"{','.join(map(str, s['view_cards']))} | "
                      + (f"{','.join(map(str, s['corpus_cards']))} ({s['corpus_scenes']} scenes; the cloud "
-                        f"{s['scenes']})" if "corpus_cards" in s else "-") + " |")
+                        f"{s['scenes']})" if "corpus_cards" in s else "-") + " | "
+                     + (f"{','.join(map(str, s['true_subspace_cards']))} / "
+                        f"{','.join(map(str, s['corpus_true_subspace_cards']))}" if "true_subspace_cards" in s
+                        else "-") + " |")
     return "\n".join(lines)
 
 
@@ -135,7 +158,7 @@ def run_seeds(preset: str = "ci32", seeds=(0,)) -> dict:
     in the view subspace (``view_cards``)."""
     runs = [run(preset, s) for s in seeds]
     right = {key: sum(side.get(key) == r["world_cards"] for r in runs for side in r["sides"].values())
-             for key in ("cards", "view_cards", "corpus_cards")}
+             for key in ("cards", "view_cards", "corpus_cards", "true_subspace_cards", "corpus_true_subspace_cards")}
     return {"preset": preset, "seeds": list(seeds), "runs": runs, "sides": 2 * len(runs), "cards_right": right}
 
 
@@ -143,7 +166,9 @@ def tables(res: dict) -> str:
     out = [table(r) for r in res["runs"]]
     out.append(f"cards right ({res['sides']} sides, {len(res['runs'])} seeds): from the cloud alone "
                f"{res['cards_right']['cards']}, in the view subspace {res['cards_right']['view_cards']}, from the "
-               f"training corpus in the view subspace {res['cards_right'].get('corpus_cards', 0)}")
+               f"training corpus in the view subspace {res['cards_right'].get('corpus_cards', 0)}; in the true "
+               f"subspace (diagnostic): the cloud {res['cards_right'].get('true_subspace_cards', 0)}, the corpus "
+               f"{res['cards_right'].get('corpus_true_subspace_cards', 0)}")
     return "\n\n".join(out)
 
 
