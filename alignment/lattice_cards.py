@@ -250,7 +250,41 @@ def lattice_dimension(Z: np.ndarray, max_dim: int | None = None, gap: float = GA
     return cap, ev
 
 
-def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) -> tuple[tuple[int, ...], dict]:
+def view_basis(A: np.ndarray, B: np.ndarray, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(mean (D,), P (D, D), eigenvalues (D,))``: the directions along which one view of an item predicts the
+    other, best first. ``A``, ``B``: (n, D) embeddings of two views of the same n items in *one* modality (a
+    JEPA's own training pairs: no cross-modal pair). Both are centred on their joint mean and whitened by their
+    joint covariance; the eigenvalues of the symmetrised cross-covariance are the cross-view correlations.
+    Project with ``(X - mean) @ P[:, :k]`` (unit variance, uncorrelated columns)."""
+    A, B = np.asarray(A, np.float64), np.asarray(B, np.float64)
+    if A.shape != B.shape or A.ndim != 2 or len(A) < 2:
+        raise AlignmentError(f"view_basis: the two views must be (n, D) arrays of one shape with n >= 2, got "
+                             f"{A.shape} and {B.shape}")
+    X = np.concatenate([A, B])
+    mu = X.mean(0)
+    w, V = np.linalg.eigh((X - mu).T @ (X - mu) / len(X))
+    W = V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T            # joint whitening (ZCA)
+    Aw, Bw = (A - mu) @ W, (B - mu) @ W
+    lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * len(A)))
+    order = np.argsort(lam)[::-1]
+    return mu, W @ U[:, order], lam[order]
+
+
+def view_dimension(lam: np.ndarray, m: int = 24, n_pairs: int | None = None) -> int:
+    """The view subspace's size: where the ratio of a leading view eigenvalue to the next is largest (among the
+    leading ``m``; the whole space when it has a single direction). With ``n_pairs`` (the pairs the eigenvalues
+    came from) a cross-view correlation below ``4 / sqrt(n_pairs)`` (what unrelated views show by chance) is
+    no shared direction: the subspace ends before it, and it does not divide. On the 32-d world JEPAs (every
+    leading eigenvalue 0.5-0.8) it reads the lattice's 12 on every side; on 12-d ones, whose lattice fills the
+    space, it has no gap to read (1-11)."""
+    lam = np.asarray(lam, np.float64)
+    floor = 4.0 / np.sqrt(n_pairs) if n_pairs else 1e-12
+    m = min(m, len(lam) - 1, max(1, int((lam > floor).sum())))
+    return int(np.argmax(lam[:m] / np.maximum(lam[1:m + 1], floor))) + 1 if len(lam) > 1 else len(lam)
+
+
+def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0,
+                   views=None) -> tuple[tuple[int, ...], dict]:
     """Estimate the attribute cardinalities of the additive lattice one unpaired cloud shows (module docstring).
 
     Parameters
@@ -260,6 +294,10 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
     max_values : the most values one attribute may have (a group of more than max_values - 1 components is
         not an attribute)
     seed : seeds FastICA, k-means and the row subset
+    views : optional (A, B), two views of the same items in Z's modality (e.g. the encoder's training pairs):
+        the lattice is then read inside their view subspace (``view_basis``, its size by ``view_dimension``)
+        instead of the covariance's leading axes. For an embedding wider than its lattice, where the
+        covariance has no gap (the 32-d world JEPAs); not for one the lattice fills (module docstring)
 
     Returns
     -------
@@ -268,11 +306,20 @@ def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0) ->
         when the first found no lattice), ``eigenvalues`` (leading 2d), ``candidates``
         ([{"cards", "bic"}] per cut of the tree), ``groups`` (component indices per attribute, in ``cards``
         order), ``complete`` ((N,) bool: False for rows at an attribute's mean, an omitted attribute),
-        ``labels`` ((N, A) the rows' k-means values per attribute, in ``cards`` order)
+        ``labels`` ((N, A) the rows' k-means values per attribute, in ``cards`` order); with ``views`` also
+        ``view_k`` (the view subspace's size)
     """
     Z = np.asarray(Z, np.float64)
     if Z.ndim != 2 or len(Z) < 10:
         raise AlignmentError(f"estimate_cards: expected an (N, D) array with N >= 10, got shape {Z.shape}")
+    if views is not None:
+        vmu, P, lam = view_basis(*views)
+        if P.shape[0] != Z.shape[1]:
+            raise AlignmentError(f"estimate_cards: the views are {P.shape[0]}-d, the cloud {Z.shape[1]}-d; give "
+                                 "two views embedded by the cloud's own encoder")
+        k = view_dimension(lam, n_pairs=len(views[0]))
+        cards, info = estimate_cards((Z - vmu) @ P[:, :k], max_attrs, max_values, seed)
+        return cards, {**info, "view_k": k}
     if not np.isfinite(Z).all():
         raise AlignmentError("estimate_cards: the embeddings contain NaN or inf rows; drop them first")
     rng = np.random.default_rng(seed)

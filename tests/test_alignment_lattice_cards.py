@@ -14,6 +14,7 @@ from alignment.lattice import (
     lattice_dimension,
     match_lattice,
 )
+from alignment.lattice_cards import view_basis, view_dimension
 from eval.experiments.lattice_prior import (
     CARDS,
     clouds,
@@ -162,3 +163,29 @@ def test_a_one_axis_cloud_is_one_two_valued_attribute():
     assert cards == (2,) and info["dim"] == 1 and info["labels"].shape == (150, 1)
     with pytest.raises(AlignmentError, match="2 distinct points in 1 lattice dimensions, too few"):
         estimate_cards(np.repeat([[0.0], [1.0]], 60, 0) + rng.normal(0, 0.01, (120, 1)))
+
+
+def test_cards_in_the_view_subspace_of_a_wider_embedding():
+    """A lattice in 12 of 24 axes, the other 12 holding per-item structure that two views of an item do not
+    share (independent between the views): the view subspace is the lattice's 12 axes, and the cards are
+    estimated inside it; views of another width are refused in one line."""
+    prob = clouds(seed=0, dim=12, noise=0.02)
+    rng = np.random.default_rng(1)
+    X = prob["X"][:3000]
+    n = len(X)
+
+    def view():   # the lattice point plus noise the other view does not share, in the other 12 axes
+        return np.concatenate([X + rng.normal(0, 0.05, X.shape), rng.normal(0, X.std(), (n, 12))], 1)
+
+    A, B = view(), view()
+    cards, info = estimate_cards(np.concatenate([A, B]), views=(A, B))
+    assert list(cards) == WORLD and info["view_k"] == 12
+    mu, P, lam = view_basis(A, B)
+    assert lam[11] > 0.8 and lam[12] < 0.1 and view_dimension(lam, n_pairs=n) == 12
+    # unrelated directions: correlations near 0 of either sign; without the chance floor a tiny positive one
+    # over a negative one would read as the largest ratio
+    assert view_dimension(np.array([0.9, 0.85, 0.01, -0.01]), n_pairs=2000) == 2
+    assert view_dimension(np.array([0.9, 0.85, 0.01, -0.01])) == 3
+    assert np.abs(P[12:, :12]).max() < 0.2 * np.abs(P[:12, :12]).max()     # the lattice's axes, not the noise's
+    with pytest.raises(AlignmentError, match="the views are 24-d, the cloud 12-d"):
+        estimate_cards(X, views=(A, B))

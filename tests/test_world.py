@@ -906,8 +906,10 @@ def test_world_wide_counts_the_sides_with_the_worlds_cards(monkeypatch):
                          "the corpus 0")
     assert "| 6,3,3,3,2 (194 scenes; the cloud 60) |" in text
     # the view subspace's size: the largest ratio of a leading eigenvalue to the next
-    assert WW.view_dimension(np.array([0.8, 0.78, 0.75, 0.4, 0.38])) == 3
-    assert WW.view_dimension(np.array([0.7])) == 1
+    from alignment.lattice_cards import view_dimension
+
+    assert view_dimension(np.array([0.8, 0.78, 0.75, 0.4, 0.38])) == 3
+    assert view_dimension(np.array([0.7])) == 1
 
 
 def test_the_world_report_computes_seeds_in_worker_processes_with_the_same_rows(tmp_path, monkeypatch):

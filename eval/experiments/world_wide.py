@@ -4,7 +4,7 @@ seed's train scenes, embeds the disjoint setting's renders and captions, and pri
 covariance eigenvalues (relative to the first), the lattice dimension ``alignment.lattice_cards.lattice_dimension``
 reads off them and the cards ``estimate_cards`` returns, against the world's 6,3,3,3,2. Two diagnostics beside
 them: how additive the cloud is (R^2 of its scene means under the additive model on the *true* labels: read
-here, never given to the estimate; in the whole space and inside the subspace the fitted model spans), and the scene lab's view subspace (``eval.scenelab.measures.view_subspace``:
+here, never given to the estimate; in the whole space and inside the subspace the fitted model spans), and the view subspace (``alignment.lattice_cards.view_basis``, ``estimate_cards(views=...)``:
 the directions along which one view of a training scene predicts another in the same modality, no cross-modal
 pair; single attributes should have eigenvalue ~(1 - CORRUPT)^2, products of two its square), its size read at
 the largest eigenvalue ratio among the leading 24 and the cards estimated inside it. The last column estimates
@@ -27,11 +27,10 @@ from eval.experiments import SEEDS, emit
 
 
 def run(preset: str = "ci32", seed: int = 0) -> dict:
-    from alignment.lattice_cards import estimate_cards, lattice_dimension
+    from alignment.lattice_cards import estimate_cards, lattice_dimension, view_basis
     from captioner.world.scenes import ATTRS
     from captioner.world.setting import setting
     from captioner.world.train import train_world
-    from eval.scenelab.measures import view_subspace
     from eval.world.chain import embed, world_name
 
     meta = train_world(preset, seed, progress=False, scenes="train")
@@ -47,12 +46,12 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
         Z = embed(world_name(name, preset, seed, "train"), items)
         d, ev = lattice_dimension(Z, Z.shape[1])
         cards, info = estimate_cards(Z)
-        mu, P, lam = view_subspace(*views[side])
-        k = view_dimension(lam)
-        vcards, _ = estimate_cards((Z - mu) @ P[:, :k])
         A, B = views[side]
+        lam = view_basis(A, B)[2]
+        vcards, vinfo = estimate_cards(Z, views=(A, B))       # the cloud in its modality's view subspace
+        k = vinfo["view_k"]
         C = np.concatenate([A, B])
-        ccards, _ = estimate_cards((C - mu) @ P[:, :k])
+        ccards, _ = estimate_cards(C, views=(A, B))           # the training corpus in it
         # the same estimate in the true lattice subspace (found with the labels): can the cloud be read at all?
         ocards, _ = estimate_cards((Z - Z.mean(0)) @ true_subspace(Z, keys).T)
         V = true_subspace(C, views["keys"] * 2)
@@ -66,13 +65,6 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
                               "corpus_scenes": len(set(views["keys"])), "corpus_cards": list(ccards),
                               "true_subspace_cards": list(ocards), "corpus_true_subspace_cards": list(cocards)}
     return out
-
-
-def view_dimension(lam: np.ndarray, m: int = 24) -> int:
-    """The view subspace's size: where the ratio of a leading view eigenvalue to the next is largest (among the
-    leading ``m``; the whole space when it has a single direction)."""
-    m = min(m, len(lam) - 1)
-    return int(np.argmax(lam[:m] / np.maximum(lam[1:m + 1], 1e-12))) + 1 if m else len(lam)
 
 
 def true_subspace(Z: np.ndarray, keys) -> np.ndarray:

@@ -54,6 +54,8 @@ def view_subspace(A: np.ndarray, B: np.ndarray, k: int | None = None, eps: float
     Returns ``(mean (D,), P (D, k), eigenvalues (D,) in descending order)``: project with
     ``(X - mean) @ P`` (unit variance, uncorrelated columns).
     """
+    from alignment.lattice_cards import view_basis
+
     A = np.asarray(A, np.float64)
     B = np.asarray(B, np.float64)
     if A.shape != B.shape or A.ndim != 2 or len(A) < 2:
@@ -61,11 +63,8 @@ def view_subspace(A: np.ndarray, B: np.ndarray, k: int | None = None, eps: float
     k = A.shape[1] if k is None else k
     if not 1 <= k <= A.shape[1]:
         raise ValueError(f"view_subspace: k must be in 1..{A.shape[1]}, not {k}")
-    mu, W = whitening(np.concatenate([A, B]), eps)                     # joint mean and covariance
-    Aw, Bw = (A - mu) @ W, (B - mu) @ W
-    lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * len(A)))
-    order = np.argsort(lam)[::-1]
-    return mu, W @ U[:, order[:k]], lam[order]
+    mu, P, lam = view_basis(A, B, eps)           # the product's (alignment.lattice_cards), cut to k directions
+    return mu, P[:, :k], lam
 
 
 def mutual_knn(X, Y, k: int = 10) -> float:
