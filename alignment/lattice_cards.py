@@ -283,43 +283,42 @@ def view_dimension(lam: np.ndarray, m: int = 24, n_pairs: int | None = None) -> 
     return int(np.argmax(lam[:m] / np.maximum(lam[1:m + 1], floor))) + 1 if len(lam) > 1 else len(lam)
 
 
-def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0,
-                   views=None) -> tuple[tuple[int, ...], dict]:
+def in_view_subspace(Z: np.ndarray, views) -> np.ndarray:
+    """``Z`` (N, D) projected onto the view subspace of ``views`` = (A, B), two views of the same items in Z's
+    modality (``view_basis``; its size by ``view_dimension``): (N, k), whitened."""
+    mu, P, lam = view_basis(*views)
+    if P.shape[0] != Z.shape[1]:
+        raise AlignmentError(f"estimate_cards: the views are {P.shape[0]}-d, the cloud {Z.shape[1]}-d; give two "
+                             "views embedded by the cloud's own encoder")
+    return (Z - mu) @ P[:, :view_dimension(lam, n_pairs=len(views[0]))]
+
+
+def estimate_cards(Z, max_attrs: int = 6, max_values: int = 8, seed: int = 0, views=None) -> tuple[tuple, dict]:
     """Estimate the attribute cardinalities of the additive lattice one unpaired cloud shows (module docstring).
 
     Parameters
     ----------
     Z : (N, D) rows of one modality, any order; the lattice may occupy a subspace of R^D
     max_attrs : the most attributes considered (candidates with more groups are skipped)
-    max_values : the most values one attribute may have (a group of more than max_values - 1 components is
-        not an attribute)
+    max_values : the most values one attribute may have (a group of more components is not an attribute)
     seed : seeds FastICA, k-means and the row subset
-    views : optional (A, B), two views of the same items in Z's modality (e.g. the encoder's training pairs):
-        the lattice is then read inside their view subspace (``view_basis``, its size by ``view_dimension``)
-        instead of the covariance's leading axes. For an embedding wider than its lattice, where the
-        covariance has no gap (the 32-d world JEPAs); not for one the lattice fills (module docstring)
+    views : optional (A, B), two views of the same items in Z's modality (the encoder's training pairs): the
+        lattice is read in their view subspace (``in_view_subspace``), for an embedding wider than its lattice
 
     Returns
     -------
     cards : tuple of ints, largest first (the order of attributes is not identifiable from one cloud)
-    info : dict with ``dim`` (the lattice dimension d), ``starts`` (FastICA starts run: ``ICA_STARTS``, or 1
-        when the first found no lattice), ``eigenvalues`` (leading 2d), ``candidates``
-        ([{"cards", "bic"}] per cut of the tree), ``groups`` (component indices per attribute, in ``cards``
-        order), ``complete`` ((N,) bool: False for rows at an attribute's mean, an omitted attribute),
-        ``labels`` ((N, A) the rows' k-means values per attribute, in ``cards`` order); with ``views`` also
-        ``view_k`` (the view subspace's size)
+    info : dict with ``dim`` (the lattice dimension d), ``starts`` (FastICA starts run: ``ICA_STARTS``, or 1 when
+        the first found no lattice), ``eigenvalues`` (leading 2d), ``candidates`` ([{"cards", "bic"}] per cut),
+        ``groups`` (components per attribute), ``complete`` ((N,) bool: False for rows at an attribute's mean),
+        ``labels`` ((N, A) rows' k-means values per attribute, ``cards`` order), ``view_k`` (with ``views``)
     """
     Z = np.asarray(Z, np.float64)
     if Z.ndim != 2 or len(Z) < 10:
         raise AlignmentError(f"estimate_cards: expected an (N, D) array with N >= 10, got shape {Z.shape}")
     if views is not None:
-        vmu, P, lam = view_basis(*views)
-        if P.shape[0] != Z.shape[1]:
-            raise AlignmentError(f"estimate_cards: the views are {P.shape[0]}-d, the cloud {Z.shape[1]}-d; give "
-                                 "two views embedded by the cloud's own encoder")
-        k = view_dimension(lam, n_pairs=len(views[0]))
-        cards, info = estimate_cards((Z - vmu) @ P[:, :k], max_attrs, max_values, seed)
-        return cards, {**info, "view_k": k}
+        cards, info = estimate_cards(Zv := in_view_subspace(Z, views), max_attrs, max_values, seed)
+        return cards, {**info, "view_k": Zv.shape[1]}
     if not np.isfinite(Z).all():
         raise AlignmentError("estimate_cards: the embeddings contain NaN or inf rows; drop them first")
     rng = np.random.default_rng(seed)
