@@ -250,6 +250,14 @@ def lattice_dimension(Z: np.ndarray, max_dim: int | None = None, gap: float = GA
     return cap, ev
 
 
+def whitening(X: np.ndarray, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray]:
+    """``(mean, W)`` with ``(X - mean) @ W`` of identity covariance (ZCA; eigenvalues floored at ``eps``)."""
+    X = np.asarray(X, np.float64)
+    mu = X.mean(0)
+    w, V = np.linalg.eigh((X - mu).T @ (X - mu) / len(X))
+    return mu, V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T
+
+
 def view_basis(A: np.ndarray, B: np.ndarray, eps: float = 1e-6) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """``(mean (D,), P (D, D), eigenvalues (D,))``: the directions along which one view of an item predicts the
     other, best first. ``A``, ``B``: (n, D) embeddings of two views of the same n items in *one* modality (a
@@ -260,10 +268,7 @@ def view_basis(A: np.ndarray, B: np.ndarray, eps: float = 1e-6) -> tuple[np.ndar
     if A.shape != B.shape or A.ndim != 2 or len(A) < 2:
         raise AlignmentError(f"view_basis: the two views must be (n, D) arrays of one shape with n >= 2, got "
                              f"{A.shape} and {B.shape}")
-    X = np.concatenate([A, B])
-    mu = X.mean(0)
-    w, V = np.linalg.eigh((X - mu).T @ (X - mu) / len(X))
-    W = V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T            # joint whitening (ZCA)
+    mu, W = whitening(np.concatenate([A, B]), eps)                      # joint mean and covariance
     Aw, Bw = (A - mu) @ W, (B - mu) @ W
     lam, U = np.linalg.eigh((Aw.T @ Bw + Bw.T @ Aw) / (2 * len(A)))
     order = np.argsort(lam)[::-1]

@@ -10,13 +10,13 @@ pair; single attributes should have eigenvalue ~(1 - CORRUPT)^2, products of two
 the largest eigenvalue ratio among the leading 24 and the cards estimated inside it. The last column estimates
 the cards the same way from the modality's own training corpus (both views of its first 3,000 training draws,
 over all the seed's train scenes) instead of the disjoint setting's cloud (56-89 of them): still no cross-modal
-pair and nothing from the world's definition. The last: the same estimate in the true lattice subspace (the span
-of the additive model fitted on the true labels: a diagnostic), on the cloud and on the corpus.
+pair and nothing from the world's definition. The column after it: the same estimate in the true lattice
+subspace (the span of the additive model fitted on the true labels: a diagnostic), on the cloud and the corpus.
 
     python -m eval experiment world-wide [--preset ci32] [--seeds 0,1,2] [--out F.json] [--json]
 
 With several seeds, a last line counts the sides (2 a seed) whose cards were right: from the cloud alone, in the
-view subspace, and from the training corpus in the view subspace.
+view subspace, from the training corpus in the view subspace, and in the true subspace (cloud, corpus).
 """
 from __future__ import annotations
 
@@ -67,17 +67,27 @@ def run(preset: str = "ci32", seed: int = 0) -> dict:
     return out
 
 
-def true_subspace(Z: np.ndarray, keys) -> np.ndarray:
-    """(d, D) orthonormal basis of the span of the additive model fitted to ``Z``'s rows on the *true* labels
-    (a diagnostic, never given to the estimate): the lattice's own subspace, were it found."""
+def _design(keys) -> np.ndarray:
+    """(len(keys), 1 + sum k) the additive model's design on the *true* labels: a constant and one indicator
+    per attribute value (read from the scene keys; a diagnostic, never given to the estimate)."""
     from captioner.world.setting import attribute_values
 
     uk, inv = np.unique(np.asarray(keys), return_inverse=True)
     av = attribute_values(list(uk))
-    H = np.concatenate([np.ones((len(Z), 1))] + [np.eye(v.max() + 1)[v[inv]] for v in av.values()], 1)
-    F = H @ np.linalg.lstsq(H, Z, rcond=None)[0]
+    return np.concatenate([np.ones((len(inv), 1))] + [np.eye(v.max() + 1)[v[inv]] for v in av.values()], 1)
+
+
+def _span(F: np.ndarray) -> np.ndarray:
+    """(d, D) orthonormal basis of the span of the centred fitted values ``F`` (at most sum(k - 1) directions)."""
     _, sv, Vt = np.linalg.svd(F - F.mean(0), full_matrices=False)
     return Vt[sv > sv[0] * 1e-6]
+
+
+def true_subspace(Z: np.ndarray, keys) -> np.ndarray:
+    """(d, D) orthonormal basis of the span of the additive model fitted to ``Z``'s rows on the *true* labels
+    (a diagnostic, never given to the estimate): the lattice's own subspace, were it found."""
+    H = _design(keys)
+    return _span(H @ np.linalg.lstsq(H, Z, rcond=None)[0])
 
 
 def additive_r2(Z: np.ndarray, keys: list[str], within: bool = False) -> float:
@@ -86,19 +96,15 @@ def additive_r2(Z: np.ndarray, keys: list[str], within: bool = False) -> float:
     inside the subspace the fitted model spans (the scene means projected onto it): how much of the lattice's
     own directions the interactions of attributes share, i.e. whether the lattice would be clean if its
     subspace were found (1) or is not a lattice even there."""
-    from captioner.world.setting import attribute_values
-
     uk, inv = np.unique(np.asarray(keys), return_inverse=True)
     M = np.stack([Z[inv == i].mean(0) for i in range(len(uk))])
-    av = attribute_values(list(uk))
-    H = np.concatenate([np.ones((len(uk), 1))] + [np.eye(v.max() + 1)[v] for v in av.values()], 1)
+    H = _design(uk)
     F = H @ np.linalg.lstsq(H, M, rcond=None)[0]
+    if within:
+        V = _span(F)
+        M, F = M @ V.T, F @ V.T
     M = M - M.mean(0)
     F = F - F.mean(0)
-    if within:   # the orthonormal basis of the fitted values' span (at most sum(k - 1) directions)
-        _, sv, Vt = np.linalg.svd(F, full_matrices=False)
-        V = Vt[sv > sv[0] * 1e-6]
-        M, F = M @ V.T, F @ V.T
     return float(1 - ((M - F) ** 2).sum() / (M ** 2).sum())
 
 
@@ -146,8 +152,9 @@ def table(res: dict) -> str:
 
 
 def run_seeds(preset: str = "ci32", seeds=(0,)) -> dict:
-    """:func:`run` for each seed, and how many sides got the world's cards: from the cloud alone (``cards``) and
-    in the view subspace (``view_cards``)."""
+    """:func:`run` for each seed, and how many sides got the world's cards under each column: from the cloud alone
+    (``cards``), in the view subspace (``view_cards``), from the training corpus (``corpus_cards``) and in the
+    true subspace (``true_subspace_cards``, ``corpus_true_subspace_cards``)."""
     runs = [run(preset, s) for s in seeds]
     right = {key: sum(side.get(key) == r["world_cards"] for r in runs for side in r["sides"].values())
              for key in ("cards", "view_cards", "corpus_cards", "true_subspace_cards", "corpus_true_subspace_cards")}

@@ -4,20 +4,14 @@ from __future__ import annotations
 
 import numpy as np
 
+from alignment.lattice_cards import view_basis, whitening  # noqa: F401  (whitening: the lab's, in the library)
+
 
 def holdout_split(n: int, fit_frac: float = 0.5, seed: int = 0):
     """(fit indices, held-out indices): a seeded random ``fit_frac`` of ``range(n)`` and the rest. Every
     held-out score of the lab (``procrustes_residual``, eval.scenelab_diagnose) splits this way."""
     perm = np.random.default_rng(seed).permutation(n)
     return perm[: int(n * fit_frac)], perm[int(n * fit_frac):]
-
-
-def whitening(X: np.ndarray, eps: float = 1e-6):
-    """``(mean, W)`` with ``(X - mean) @ W`` of identity covariance (ZCA; eigenvalues floored at ``eps``)."""
-    X = np.asarray(X, np.float64)
-    mu = X.mean(0)
-    w, V = np.linalg.eigh((X - mu).T @ (X - mu) / len(X))
-    return mu, V @ np.diag(1.0 / np.sqrt(np.maximum(w, eps))) @ V.T
 
 
 def procrustes_residual(X: np.ndarray, Y: np.ndarray, fit_frac: float = 0.5, seed: int = 0) -> float:
@@ -54,8 +48,6 @@ def view_subspace(A: np.ndarray, B: np.ndarray, k: int | None = None, eps: float
     Returns ``(mean (D,), P (D, k), eigenvalues (D,) in descending order)``: project with
     ``(X - mean) @ P`` (unit variance, uncorrelated columns).
     """
-    from alignment.lattice_cards import view_basis
-
     A = np.asarray(A, np.float64)
     B = np.asarray(B, np.float64)
     if A.shape != B.shape or A.ndim != 2 or len(A) < 2:

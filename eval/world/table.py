@@ -184,16 +184,16 @@ def _seed_rows_in_worker(args) -> list[dict]:
     return seed_rows(*args)
 
 
-def _all_seed_rows(seeds, jobs: int, args: tuple) -> list[dict]:
+def _all_seed_rows(preset: str, seeds, jobs: int, *rest) -> list[dict]:
     """Every seed's rows, in seed order: ``jobs`` seeds at once in worker processes (spawned with one BLAS
     thread each, so two jobs on two cores do not fight over them), or in this process with ``jobs`` 1 or one
-    seed. A seed is written to its JSON as soon as it is done, so a killed report keeps the finished ones."""
+    seed. ``rest``: ``seed_rows``'s arguments after the seed. A seed is written to its JSON as soon as it is
+    done, so a killed report keeps the finished ones."""
     import os
     from concurrent.futures import ProcessPoolExecutor
     from multiprocessing import get_context
 
-    preset, out, device, progress, text_keys, rotation_keys, random_rotations, scenes = args
-    per = [(preset, int(s), out, device, progress, text_keys, rotation_keys, random_rotations, scenes) for s in seeds]
+    per = [(preset, int(s), *rest) for s in seeds]
     if jobs <= 1 or len(per) <= 1:
         return [r for a in per for r in seed_rows(*a)]
     names = ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")
@@ -223,21 +223,19 @@ def world_report(preset: str = "lab", seeds=(0, 1, 2), out=None, device: str = "
 
     if not seeds:
         raise CaptionerError("world report: give at least one seed")
-    from captioner.world.models import check_scenes
+    from captioner.world.models import check_scenes, read_meta, world_dir
 
     check_scenes(scenes)
     out = Path(out) if out else report_dir(preset, scenes)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.time()
-    from captioner.world.models import read_meta, world_dir
-
     for s in seeds:      # missing models: the one-line error now, not from inside a worker
         read_meta(world_dir(preset, int(s), scenes), preset, int(s), scenes)
     jobs = default_jobs(device, len(seeds)) if jobs is None else jobs
     if jobs < 1:
         raise CaptionerError(f"world report: --jobs must be 1 or more, not {jobs}")
-    rows = _all_seed_rows(seeds, jobs, (preset, out, device, progress, text_keys, rotation_keys, random_rotations,
-                                        scenes))
+    rows = _all_seed_rows(preset, seeds, jobs, out, device, progress, text_keys, rotation_keys, random_rotations,
+                          scenes)
     res = {"preset": preset, **({} if scenes == "all" else {"scenes": scenes}), "seeds": [int(s) for s in seeds],
            "rows": [{k: v for k, v in r.items() if k not in ("captions", "decoded")} for r in rows],
            "table": aggregate(rows), "targets": targets(rows), "seconds_this_call": round(time.time() - t0, 1)}
